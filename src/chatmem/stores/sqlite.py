@@ -1,0 +1,645 @@
+"""The embedded default store: one SQLite file (WAL), sqlite-vec for vectors, FTS5 for words.
+
+Layout:
+- ``memories``: one row per record; filterable fields as columns, the full record as JSON.
+- ``memory_vec``: a vec0 table partitioned by tenant+user, so a user's KNN search reads only
+  that user's vectors (cosine distance).
+- ``memory_fts``: FTS5 (porter stemming) over the text and its context, plus a per-user token
+  column so a keyword search never scores another user's rows.
+- ``memory_history``: every add, update and delete, with the record before and after.
+
+Writes are ``BEGIN IMMEDIATE`` transactions on per-thread connections with a busy timeout,
+retried on a busy database, so concurrent threads and processes wait rather than fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import sqlite_vec
+
+from chatmem import text as textlib
+from chatmem.errors import (
+    ConflictError,
+    DimensionError,
+    EmbedderMismatchError,
+    NotFoundError,
+    StoreError,
+    StoreUnavailableError,
+    ValidationError,
+)
+from chatmem.records import (
+    Candidates,
+    EmbeddingInfo,
+    Entry,
+    Filter,
+    HistoryEntry,
+    HistoryEvent,
+    Hit,
+    MemoryRecord,
+    Page,
+    Vector,
+    from_ms,
+    to_ms,
+    utcnow,
+)
+from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery
+
+try:  # The stdlib module of many Pythons cannot load extensions; pysqlite3 can.
+    import pysqlite3.dbapi2 as sqlite3
+except ImportError:  # pragma: no cover - exercised only where pysqlite3 is absent
+    import sqlite3
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 30_000
+#: How long a write keeps retrying a busy database before it gives up.
+WRITE_RETRY_SECONDS = 120.0
+#: FTS5 column weights: the memory's own text counts more than its context.
+FTS_WEIGHTS = (0.0, 1.0, 0.4)
+#: sqlite-vec's largest k for one KNN query.
+MAX_KNN = 4096
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE chatmem_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE memories (
+        rowid INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        agent_id TEXT,
+        project_id TEXT,
+        session_id TEXT,
+        type TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        valid_from INTEGER,
+        valid_to INTEGER,
+        version INTEGER NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE INDEX memories_by_user ON memories (tenant_id, user_id, created_at, rowid);
+    CREATE TABLE memory_history (
+        seq INTEGER PRIMARY KEY,
+        memory_id TEXT NOT NULL,
+        tenant_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        old TEXT,
+        new TEXT,
+        reason TEXT,
+        at INTEGER NOT NULL
+    );
+    CREATE INDEX history_by_memory ON memory_history (memory_id, seq);
+    CREATE VIRTUAL TABLE memory_fts USING fts5(
+        ukey, text, context, tokenize = 'porter unicode61 remove_diacritics 2'
+    );
+    """,
+)
+
+
+def user_key(tenant_id: str, user_id: str) -> str:
+    """The partition of one user of one tenant."""
+    return f"{tenant_id}\x1f{user_id}"
+
+
+def _user_token(tenant_id: str, user_id: str) -> str:
+    digest = hashlib.blake2b(user_key(tenant_id, user_id).encode(), digest_size=12).hexdigest()
+    return f"u{digest}"
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    message = str(exc).lower()
+    return "locked" in message or "busy" in message
+
+
+def _where(scope: Filter, alias: str = "m") -> tuple[str, list[Any]]:
+    """SQL conditions (over ``memories AS alias``) equivalent to ``Filter.matches``."""
+    conditions = [f"{alias}.tenant_id = ?"]
+    params: list[Any] = [scope.tenant_id]
+    for column in ("user_id", "agent_id", "project_id", "session_id"):
+        value = getattr(scope, column)
+        if value is not None:
+            conditions.append(f"{alias}.{column} = ?")
+            params.append(value)
+    for column, values in (("id", scope.ids), ("type", scope.types), ("scope", scope.scopes)):
+        if values is not None:
+            items = sorted(str(v) for v in values)
+            conditions.append(f"{alias}.{column} IN ({', '.join('?' * len(items)) or 'NULL'})")
+            params.extend(items)
+    if scope.created_after is not None:
+        conditions.append(f"{alias}.created_at >= ?")
+        params.append(to_ms(scope.created_after))
+    if scope.created_before is not None:
+        conditions.append(f"{alias}.created_at < ?")
+        params.append(to_ms(scope.created_before))
+    if scope.valid_at is not None:
+        moment = to_ms(scope.valid_at)
+        conditions.append(
+            f"({alias}.valid_from IS NULL OR {alias}.valid_from <= ?)"
+            f" AND ({alias}.valid_to IS NULL OR ? < {alias}.valid_to)"
+        )
+        params.extend([moment, moment])
+    for key, value in (scope.metadata or {}).items():
+        path = f"json_extract({alias}.body, ?)"
+        params.append(f'$.user_metadata."{key}"')
+        if value is None:
+            conditions.append(f"{path} IS NULL")
+        else:
+            conditions.append(f"{path} = ?")
+            params.append(value)
+    return " AND ".join(conditions), params
+
+
+def _has_extra_conditions(scope: Filter) -> bool:
+    """Whether ``scope`` narrows a user's memories further than tenant and user."""
+    narrowing = scope.model_dump(exclude={"tenant_id", "user_id"}, exclude_none=True)
+    return bool(narrowing)
+
+
+def _record(body: str) -> MemoryRecord:
+    return MemoryRecord.model_validate_json(body)
+
+
+def _blob(vector: Vector) -> bytes:
+    return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
+class SQLiteStore(MemoryStore):
+    """A store in one SQLite file; safe for many threads and processes at once."""
+
+    capabilities = Capabilities(keyword_search=True, multi_process=True)
+
+    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
+        self.path = str(path)
+        if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise ValidationError("must be OFF, NORMAL, FULL or EXTRA", field="synchronous")
+        self._synchronous = synchronous.upper()
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._closed = False
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._migrate()
+        self._embedding = self._read_embedding()
+
+    # -- connections and transactions ----------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise StoreError("store is closed")
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.enable_load_extension(True)
+            sqlite_vec.load(conn)
+            conn.enable_load_extension(False)
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
+        self._local.conn = conn
+        with self._connections_lock:
+            self._connections.append(conn)
+        return conn
+
+    def _retry(self, action: Callable[[], T]) -> T:
+        deadline = time.monotonic() + WRITE_RETRY_SECONDS
+        delay = 0.005
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() > deadline:
+                    raise StoreError(f"SQLite error: {exc}") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connection()
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite error: {exc}") from exc
+
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in one IMMEDIATE transaction, retrying while the database is busy."""
+        conn = self._connection()
+
+        def attempt() -> T:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        try:
+            return self._retry(attempt)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite error: {exc}") from exc
+
+    def _migrate(self) -> None:
+        def apply(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS chatmem_migrations"
+                " (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"
+            )
+            row = conn.execute("SELECT MAX(version) FROM chatmem_migrations").fetchone()
+            current = row[0] or 0
+            if current > len(MIGRATIONS):
+                raise StoreError(
+                    f"store schema version {current} is newer than this chatmem "
+                    f"({len(MIGRATIONS)}); upgrade chatmem"
+                )
+            for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
+                for statement in script.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO chatmem_migrations VALUES (?, ?)", (version, to_ms(utcnow()))
+                )
+
+        self._write(apply)
+
+    # -- embedding binding -----------------------------------------------------------------
+
+    def _read_embedding(self) -> EmbeddingInfo | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT value FROM chatmem_meta WHERE key = 'embedding'").fetchone()
+        return EmbeddingInfo.model_validate_json(row[0]) if row else None
+
+    @property
+    def embedding(self) -> EmbeddingInfo | None:
+        return self._embedding
+
+    def bind_embedding(self, info: EmbeddingInfo) -> None:
+        def bind(conn: sqlite3.Connection) -> EmbeddingInfo:
+            row = conn.execute("SELECT value FROM chatmem_meta WHERE key = 'embedding'").fetchone()
+            if row:
+                return EmbeddingInfo.model_validate_json(row[0])
+            conn.execute(
+                "INSERT INTO chatmem_meta VALUES ('embedding', ?)", (info.model_dump_json(),)
+            )
+            conn.execute(
+                "CREATE VIRTUAL TABLE memory_vec USING vec0("
+                f"user_key TEXT PARTITION KEY, embedding FLOAT[{info.dimension}]"
+                " distance_metric=cosine)"
+            )
+            return info
+
+        bound = self._write(bind)
+        if bound != info:
+            raise EmbedderMismatchError(
+                f"store {self.path!r} was built with {bound.model} ({bound.dimension} dimensions);"
+                f" the embedder given is {info.model} ({info.dimension} dimensions)"
+            )
+        self._embedding = bound
+
+    def _dimension(self) -> int:
+        if self._embedding is None:
+            raise StoreError("no embedding model is bound to this store yet")
+        return self._embedding.dimension
+
+    def _check_vector(self, vector: Vector) -> None:
+        if vector.shape != (self._dimension(),):
+            raise DimensionError(
+                f"vector has shape {vector.shape}, the store expects ({self._dimension()},)",
+                field="vector",
+            )
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def put(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self._check_vector(entry.vector)
+        ids = [entry.record.id for entry in entries]
+        if len(set(ids)) != len(ids):
+            raise ValidationError("duplicate ids in one batch", field="id")
+
+        def insert(conn: sqlite3.Connection) -> None:
+            placeholders = ", ".join("?" * len(ids))
+            taken = conn.execute(
+                f"SELECT id FROM memories WHERE id IN ({placeholders})", ids
+            ).fetchall()
+            if taken:
+                raise ValidationError(f"memory {taken[0][0]!r} already exists", field="id")
+            for record, vector in entries:
+                rowid = self._insert_row(conn, record, vector)
+                self._index_text(conn, rowid, record)
+                self._add_history(conn, HistoryEvent.ADD, None, record, None)
+
+        self._write(insert)
+
+    def _insert_row(self, conn: sqlite3.Connection, record: MemoryRecord, vector: Vector) -> int:
+        cursor = conn.execute(
+            "INSERT INTO memories (id, tenant_id, user_id, agent_id, project_id, session_id,"
+            " type, scope, created_at, valid_from, valid_to, version, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*self._columns(record), record.model_dump_json()),
+        )
+        rowid = int(cursor.lastrowid or 0)
+        conn.execute(
+            "INSERT INTO memory_vec (rowid, user_key, embedding) VALUES (?, ?, ?)",
+            (rowid, user_key(record.tenant_id, record.user_id), _blob(vector)),
+        )
+        return rowid
+
+    @staticmethod
+    def _columns(record: MemoryRecord) -> tuple[Any, ...]:
+        valid_from = record.time.valid_from
+        valid_to = record.time.valid_to
+        return (
+            record.id,
+            record.tenant_id,
+            record.user_id,
+            record.agent_id,
+            record.project_id,
+            record.session_id,
+            record.type.value,
+            record.scope.value,
+            to_ms(record.time.created_at),
+            to_ms(valid_from) if valid_from else None,
+            to_ms(valid_to) if valid_to else None,
+            record.metadata.version,
+        )
+
+    @staticmethod
+    def _index_text(conn: sqlite3.Connection, rowid: int, record: MemoryRecord) -> None:
+        text = record.content.raw
+        if record.content.summary:
+            text = f"{text}\n{record.content.summary}"
+        conn.execute(
+            "INSERT INTO memory_fts (rowid, ukey, text, context) VALUES (?, ?, ?, ?)",
+            (rowid, _user_token(record.tenant_id, record.user_id), text, record.context or ""),
+        )
+
+    @staticmethod
+    def _add_history(
+        conn: sqlite3.Connection,
+        event: HistoryEvent,
+        old: MemoryRecord | None,
+        new: MemoryRecord | None,
+        reason: str | None,
+    ) -> None:
+        subject = new or old
+        assert subject is not None
+        conn.execute(
+            "INSERT INTO memory_history (memory_id, tenant_id, user_id, version, event, old, new,"
+            " reason, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                subject.id,
+                subject.tenant_id,
+                subject.user_id,
+                subject.metadata.version,
+                event.value,
+                old.model_dump_json() if old else None,
+                new.model_dump_json() if new else None,
+                reason,
+                to_ms(utcnow()),
+            ),
+        )
+
+    def update(self, changes: Sequence[Change]) -> None:
+        for change in changes:
+            if change.vector is not None:
+                self._check_vector(change.vector)
+
+        def apply(conn: sqlite3.Connection) -> None:
+            for change in changes:
+                self._apply_change(conn, change)
+
+        self._write(apply)
+
+    def _apply_change(self, conn: sqlite3.Connection, change: Change) -> None:
+        new = change.record
+        row = conn.execute(
+            "SELECT rowid, version, body FROM memories WHERE id = ? AND tenant_id = ?"
+            " AND user_id = ?",
+            (new.id, new.tenant_id, new.user_id),
+        ).fetchone()
+        if row is None:
+            raise NotFoundError(new.id)
+        rowid, version, body = row
+        if version != change.expected_version:
+            raise ConflictError(
+                f"memory {new.id!r} is at version {version}, not {change.expected_version}"
+            )
+        conn.execute(
+            "UPDATE memories SET agent_id = ?, project_id = ?, session_id = ?, type = ?,"
+            " scope = ?, created_at = ?, valid_from = ?, valid_to = ?, version = ?, body = ?"
+            " WHERE rowid = ?",
+            (*self._columns(new)[3:], new.model_dump_json(), rowid),
+        )
+        if change.vector is not None:
+            conn.execute(
+                "UPDATE memory_vec SET embedding = ? WHERE rowid = ?", (_blob(change.vector), rowid)
+            )
+        conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
+        self._index_text(conn, rowid, new)
+        self._add_history(conn, HistoryEvent.UPDATE, _record(body), new, change.reason)
+
+    def delete(self, scope: Filter, reason: str | None = None) -> list[str]:
+        where, params = _where(scope)
+
+        def remove(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                f"SELECT m.rowid, m.body FROM memories AS m WHERE {where}", params
+            ).fetchall()
+            for rowid, body in rows:
+                conn.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
+                conn.execute("DELETE FROM memory_vec WHERE rowid = ?", (rowid,))
+                conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
+                self._add_history(conn, HistoryEvent.DELETE, _record(body), None, reason)
+            return [_record(body).id for _, body in rows]
+
+        return self._write(remove)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
+        if not ids:
+            return []
+        narrowed = scope.model_copy(update={"ids": tuple(ids)})
+        where, params = _where(narrowed)
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT m.body FROM memories AS m WHERE {where}", params)
+            found = {record.id: record for record in map(_record, (r[0] for r in rows))}
+        return [found[i] for i in ids if i in found]
+
+    def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
+        if not ids:
+            return {}
+        narrowed = scope.model_copy(update={"ids": tuple(ids)})
+        where, params = _where(narrowed)
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT m.id, v.embedding FROM memories AS m"
+                f" JOIN memory_vec AS v ON v.rowid = m.rowid WHERE {where}",
+                params,
+            ).fetchall()
+        return {memory_id: np.frombuffer(blob, dtype=np.float32).copy() for memory_id, blob in rows}
+
+    def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
+        if limit < 1:
+            raise ValidationError("must be at least 1", field="limit")
+        where, params = _where(scope)
+        if cursor is not None:
+            try:
+                created, rowid = (int(part) for part in cursor.split(":"))
+            except ValueError as exc:
+                raise ValidationError("is not a cursor this store issued", field="cursor") from exc
+            where += " AND (m.created_at, m.rowid) > (?, ?)"
+            params += [created, rowid]
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT m.created_at, m.rowid, m.body FROM memories AS m WHERE {where}"
+                " ORDER BY m.created_at, m.rowid LIMIT ?",
+                [*params, limit + 1],
+            ).fetchall()
+        records = [_record(body) for _, _, body in rows[:limit]]
+        more = len(rows) > limit
+        next_cursor = f"{rows[limit - 1][0]}:{rows[limit - 1][1]}" if more else None
+        return Page(records, next_cursor)
+
+    def count(self, scope: Filter) -> int:
+        where, params = _where(scope)
+        with self._read() as conn:
+            row = conn.execute(f"SELECT COUNT(*) FROM memories AS m WHERE {where}", params)
+            return int(row.fetchone()[0])
+
+    def history(self, memory_id: str, scope: Filter) -> list[HistoryEntry]:
+        conditions = ["memory_id = ?", "tenant_id = ?"]
+        params: list[Any] = [memory_id, scope.tenant_id]
+        if scope.user_id is not None:
+            conditions.append("user_id = ?")
+            params.append(scope.user_id)
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT memory_id, version, event, old, new, reason, at FROM memory_history"
+                f" WHERE {' AND '.join(conditions)} ORDER BY seq",
+                params,
+            ).fetchall()
+        return [
+            HistoryEntry(
+                memory_id=row[0],
+                version=row[1],
+                event=HistoryEvent(row[2]),
+                old=_record(row[3]) if row[3] else None,
+                new=_record(row[4]) if row[4] else None,
+                reason=row[5],
+                at=from_ms(row[6]),
+            )
+            for row in rows
+        ]
+
+    # -- search ----------------------------------------------------------------------------
+
+    def search(self, query: SearchQuery) -> Candidates:
+        user = query.filter.require_user()
+        vector_hits: list[tuple[int, float]] = []
+        keyword_hits: list[tuple[int, float]] = []
+        with self._read() as conn:
+            if query.vector is not None and self._embedding is not None:
+                self._check_vector(query.vector)
+                vector_hits = self._vector_half(conn, query, user)
+            if query.text:
+                keyword_hits = self._keyword_half(conn, query, user)
+            records = self._records_by_rowid(conn, {r for r, _ in vector_hits + keyword_hits})
+        return Candidates(
+            vector=[Hit(records[r], score) for r, score in vector_hits if r in records],
+            keyword=[Hit(records[r], score) for r, score in keyword_hits if r in records],
+        )
+
+    def _vector_half(
+        self, conn: sqlite3.Connection, query: SearchQuery, user: str
+    ) -> list[tuple[int, float]]:
+        assert query.vector is not None
+        blob = _blob(query.vector)
+        partition = user_key(query.filter.tenant_id, user)
+        if not _has_extra_conditions(query.filter):
+            rows = conn.execute(
+                "SELECT rowid, distance FROM memory_vec WHERE embedding MATCH ? AND k = ?"
+                " AND user_key = ?",
+                (blob, min(query.candidates, MAX_KNN), partition),
+            ).fetchall()
+            return [(rowid, 1.0 - distance) for rowid, distance in rows]
+        # Narrower filters: rank the user's rows that pass them exactly. A user's partition
+        # is small enough for this to cost about as much as the KNN itself.
+        where, params = _where(query.filter)
+        rows = conn.execute(
+            "SELECT m.rowid, vec_distance_cosine(v.embedding, ?) AS d FROM memories AS m"
+            f" JOIN memory_vec AS v ON v.rowid = m.rowid WHERE {where} ORDER BY d LIMIT ?",
+            [blob, *params, query.candidates],
+        ).fetchall()
+        return [(rowid, 1.0 - distance) for rowid, distance in rows]
+
+    def _keyword_half(
+        self, conn: sqlite3.Connection, query: SearchQuery, user: str
+    ) -> list[tuple[int, float]]:
+        assert query.text is not None
+        terms = textlib.query_terms(query.text)
+        if not terms:
+            return []
+        token = _user_token(query.filter.tenant_id, user)
+        match = f'ukey : "{token}" AND {{text context}} : ({textlib.fts5_any(terms)})'
+        weights = ", ".join(str(w) for w in FTS_WEIGHTS)
+        if _has_extra_conditions(query.filter):
+            where, params = _where(query.filter)
+            rows = conn.execute(
+                f"SELECT f.rowid, bm25(memory_fts, {weights}) AS s FROM memory_fts AS f"
+                f" JOIN memories AS m ON m.rowid = f.rowid"
+                f" WHERE memory_fts MATCH ? AND {where} ORDER BY s LIMIT ?",
+                [match, *params, query.candidates],
+            ).fetchall()
+        else:
+            rows = conn.execute(
+                f"SELECT rowid, bm25(memory_fts, {weights}) AS s FROM memory_fts"
+                " WHERE memory_fts MATCH ? ORDER BY s LIMIT ?",
+                (match, query.candidates),
+            ).fetchall()
+        # FTS5's bm25() is negative, lower is better; flip it so higher is better.
+        return [(rowid, -score) for rowid, score in rows]
+
+    @staticmethod
+    def _records_by_rowid(conn: sqlite3.Connection, rowids: set[int]) -> dict[int, MemoryRecord]:
+        if not rowids:
+            return {}
+        ordered = sorted(rowids)
+        rows = conn.execute(
+            f"SELECT rowid, body FROM memories WHERE rowid IN ({', '.join('?' * len(ordered))})",
+            ordered,
+        ).fetchall()
+        return {rowid: _record(body) for rowid, body in rows}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._closed = True
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
