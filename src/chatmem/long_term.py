@@ -5,6 +5,7 @@ export and import (SPEC L2). ``AsyncLongTermMemory`` runs the same code in worke
 from __future__ import annotations
 
 import asyncio
+import builtins
 import functools
 import json
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -29,7 +30,6 @@ from chatmem.records import (
     Page,
     SearchResult,
     Source,
-    TimeInfo,
     utcnow,
     validation_error,
 )
@@ -153,8 +153,8 @@ class LongTermMemory:
         created = message.timestamp or utcnow()
         fields = {
             **base,
-            "type": memory_type or (MemoryType.SEMANTIC if message.role is None else
-                                    MemoryType.EPISODIC),
+            "type": memory_type
+            or (MemoryType.SEMANTIC if message.role is None else MemoryType.EPISODIC),
             "content": {"raw": message.content},
             "metadata": meta,
             "time": {"created_at": created, "updated_at": created},
@@ -164,10 +164,7 @@ class LongTermMemory:
         }
         if message.name is not None:
             fields["context"] = "\n".join(filter(None, [fields["context"], message.name]))
-        try:
-            return MemoryRecord.model_validate(fields)
-        except pydantic.ValidationError as exc:
-            raise validation_error(exc, field) from None
+        return MemoryRecord.checked(fields, field)
 
     def update(
         self,
@@ -198,25 +195,31 @@ class LongTermMemory:
                 {**meta.model_dump(), "version": old.metadata.version + 1}
             )
             content = old.content if text is None else Content(raw=text)
-            new = MemoryRecord.model_validate(
-                {
-                    **old.model_dump(),
-                    "content": content.model_dump(),
-                    "metadata": meta.model_dump(),
-                    "time": {**old.time.model_dump(), "updated_at": utcnow()},
-                    "user_metadata": {**old.user_metadata, **(metadata or {})},
-                }
-            )
         except pydantic.ValidationError as exc:
             raise validation_error(exc) from None
+        new = MemoryRecord.checked(
+            {
+                **old.model_dump(),
+                "content": content.model_dump(),
+                "metadata": meta.model_dump(),
+                "time": {**old.time.model_dump(), "updated_at": utcnow()},
+                "user_metadata": {**old.user_metadata, **(metadata or {})},
+            }
+        )
         vector = None
         if text is not None and text != old.content.raw:
             vector = self.embedder.embed([index_text(new)])[0]
         self.store.update([Change(new, vector, old.metadata.version, reason)])
         return new
 
-    def delete(self, memory_id: str, *, tenant_id: str = "default", user_id: str | None = None,
-               reason: str | None = None) -> None:
+    def delete(
+        self,
+        memory_id: str,
+        *,
+        tenant_id: str = "default",
+        user_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
         """Forget one memory (its history stays). Raises NotFoundError if it is not there."""
         scope = self._scope(tenant_id, user_id, ids=(memory_id,))
         if not self.store.delete(scope, reason):
@@ -244,10 +247,8 @@ class LongTermMemory:
             raise ValidationError("query is empty", field="query")
         if k < 1:
             raise ValidationError("must be at least 1", field="k")
-        scope = (filter or Filter(tenant_id=tenant_id)).model_copy(
-            update={"tenant_id": tenant_id, "user_id": user_id}
-        )
-        Filter.model_validate(scope.model_dump())
+        base = filter.model_dump(exclude_none=True) if filter else {}
+        scope = Filter.checked({**base, "tenant_id": tenant_id, "user_id": user_id}, "filter")
         vector = self.embedder.embed([query])[0]
         candidates = self.store.search(
             SearchQuery(
@@ -259,8 +260,9 @@ class LongTermMemory:
         )
         return ranking.select(ranking.fuse(candidates, self.ranking), k, threshold)
 
-    def get(self, memory_id: str, *, tenant_id: str = "default",
-            user_id: str | None = None) -> MemoryRecord:
+    def get(
+        self, memory_id: str, *, tenant_id: str = "default", user_id: str | None = None
+    ) -> MemoryRecord:
         found = self.store.get([memory_id], self._scope(tenant_id, user_id))
         if not found:
             raise NotFoundError(memory_id)
@@ -272,8 +274,9 @@ class LongTermMemory:
     def count(self, scope: Filter) -> int:
         return self.store.count(scope)
 
-    def history(self, memory_id: str, *, tenant_id: str = "default",
-                user_id: str | None = None) -> list[HistoryEntry]:
+    def history(
+        self, memory_id: str, *, tenant_id: str = "default", user_id: str | None = None
+    ) -> builtins.list[HistoryEntry]:
         entries = self.store.history(memory_id, self._scope(tenant_id, user_id))
         if not entries:
             raise NotFoundError(memory_id)
@@ -313,15 +316,19 @@ class LongTermMemory:
             for i, vector in zip(missing, fresh, strict=True):
                 entries[i] = (entries[i][0], vector)
         ready = [
-            Entry(r.model_copy(update={"embedding": self._embedding}),
-                  np.asarray(v, dtype=np.float32))
+            Entry(
+                r.model_copy(update={"embedding": self._embedding}), np.asarray(v, dtype=np.float32)
+            )
             for r, v in entries
         ]
         for number, entry in enumerate(ready, 1):
             if entry.vector.shape != (self._embedding.dimension,):
                 raise ImportFormatError(
                     f"vector has {entry.vector.shape[0]} dimensions, the store has "
-                    f"{self._embedding.dimension}", line=number, field="vector")
+                    f"{self._embedding.dimension}",
+                    line=number,
+                    field="vector",
+                )
         self.store.put(ready)
         return len(ready)
 
@@ -336,10 +343,7 @@ class LongTermMemory:
 
     @staticmethod
     def _scope(tenant_id: str, user_id: str | None, **narrow: Any) -> Filter:
-        try:
-            return Filter(tenant_id=tenant_id, user_id=user_id, **narrow)
-        except pydantic.ValidationError as exc:
-            raise validation_error(exc, "filter") from None
+        return Filter.checked({"tenant_id": tenant_id, "user_id": user_id, **narrow}, "filter")
 
 
 def index_text(record: MemoryRecord) -> str:
@@ -352,8 +356,15 @@ def index_text(record: MemoryRecord) -> str:
 class _Message:
     __slots__ = ("role", "content", "name", "id", "timestamp", "metadata", "source")
 
-    def __init__(self, role: str | None, content: str, name: str | None, id: str | None,
-                 timestamp: datetime | None, metadata: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        role: str | None,
+        content: str,
+        name: str | None,
+        id: str | None,
+        timestamp: datetime | None,
+        metadata: dict[str, Any],
+    ) -> None:
         self.role = role
         self.content = content
         self.name = name
@@ -374,8 +385,9 @@ def _message(item: MessageLike, field: str) -> _Message:
         return _Message(None, item, None, None, None, {})
     role = item.get("role")
     if role not in ROLES:
-        raise ValidationError(f"role must be one of {sorted(ROLES)}, got {role!r}",
-                              field=f"{field}.role")
+        raise ValidationError(
+            f"role must be one of {sorted(ROLES)}, got {role!r}", field=f"{field}.role"
+        )
     content = _text_of(item.get("content"), f"{field}.content")
     metadata = item.get("metadata") or {}
     if not isinstance(metadata, Mapping):
@@ -397,8 +409,9 @@ def _text_of(content: Any, field: str) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, Mapping)
-                 and p.get("type") == "text"]
+        parts = [
+            p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text"
+        ]
         if parts:
             return "\n".join(parts)
     raise ValidationError("must be a text or a list of text parts", field=field)
@@ -416,8 +429,7 @@ def _timestamp(value: Any, field: str) -> datetime | None:
             return _timestamp(datetime.fromisoformat(value), field)
         except ValueError:
             pass
-    raise ValidationError("must be milliseconds since the epoch or an ISO 8601 time",
-                          field=field)
+    raise ValidationError("must be milliseconds since the epoch or an ISO 8601 time", field=field)
 
 
 def _parse_line(text: str, number: int) -> tuple[MemoryRecord, Any] | None:
@@ -430,10 +442,10 @@ def _parse_line(text: str, number: int) -> tuple[MemoryRecord, Any] | None:
     if not isinstance(line, dict) or line.get("format") != EXPORT_FORMAT:
         raise ImportFormatError(f"not a {EXPORT_FORMAT} line", line=number, field="format")
     try:
-        record = MemoryRecord.model_validate(line.get("record"))
-    except pydantic.ValidationError as exc:
-        error = validation_error(exc, "record")
-        raise ImportFormatError(str(error), line=number, field=error.field) from None
+        record = MemoryRecord.checked(line.get("record"), "record")
+    except ValidationError as exc:
+        message = str(exc).split(": ", 1)[-1]
+        raise ImportFormatError(message, line=number, field=exc.field) from None
     vector = line.get("vector")
     if vector is not None and not (
         isinstance(vector, list) and all(isinstance(x, int | float) for x in vector)
@@ -445,7 +457,7 @@ def _parse_line(text: str, number: int) -> tuple[MemoryRecord, Any] | None:
 def _threaded(
     method: Callable[Concatenate[LongTermMemory, P], R],
 ) -> Callable[Concatenate[AsyncLongTermMemory, P], Coroutine[Any, Any, R]]:
-    async def run(self: AsyncLongTermMemory, *args: P.args, **kwargs: P.kwargs) -> R:
+    async def run(self: AsyncLongTermMemory, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return await asyncio.to_thread(method, self.sync, *args, **kwargs)
 
     functools.update_wrapper(run, method)

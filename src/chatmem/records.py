@@ -10,7 +10,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, NamedTuple, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -92,6 +92,27 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class _Checked(_Model):
+    """A model whose constructor raises chatmem's ValidationError instead of pydantic's."""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as exc:
+            raise validation_error(exc) from None
+
+    @classmethod
+    def checked(cls, data: Any, field: str = "") -> Self:
+        """``model_validate`` that names the offending field under ``field``."""
+        try:
+            return cls.model_validate(data)
+        except pydantic.ValidationError as exc:
+            raise validation_error(exc, field) from None
+        except ValidationError as exc:
+            path = ".".join(filter(None, [field, exc.field]))
+            raise ValidationError(str(exc).split(": ", 1)[-1], field=path or None) from None
+
+
 class Content(_Model):
     raw: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
     summary: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
@@ -156,7 +177,7 @@ class AccessControl(_Model):
     allowed_roles: list[NonEmpty] = Field(default_factory=list)
 
 
-class MemoryRecord(_Model):
+class MemoryRecord(_Checked):
     """One long-term memory (SPEC L1). ``user_metadata`` is free-form and round-trips."""
 
     id: NonEmpty = Field(default_factory=new_id)
@@ -195,7 +216,7 @@ class MemoryRecord(_Model):
         return self.content.raw
 
 
-class Filter(_Model):
+class Filter(_Checked):
     """What a read or a bulk delete applies to. Unknown fields are an error.
 
     ``tenant_id`` always applies. Searches and per-user operations also need ``user_id``;

@@ -87,7 +87,7 @@ class LocalEmbedder:
             if hit is not None:
                 self._cache.move_to_end(text)
                 return hit
-        vector = self._embed_many([text])[0]
+        vector: Vector = self._embed_many([text])[0]
         with self._lock:
             self._cache[text] = vector
             if len(self._cache) > self._cache_size:
@@ -123,5 +123,5 @@ class LocalEmbedder:
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        result: Vector = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        result: Vector = np.asarray(pooled / np.maximum(norms, 1e-12), dtype=np.float32)
         return result

@@ -59,9 +59,7 @@ def _open_milvus(
     try:
         from chatmem.stores.milvus import MilvusStore
     except ImportError as exc:
-        raise ConfigError(
-            "the milvus store needs pymilvus: pip install 'chatmem[milvus]'"
-        ) from exc
+        raise ConfigError("the milvus store needs pymilvus: pip install 'chatmem[milvus]'") from exc
     prefix = options.pop("prefix", "chatmem")
     if netloc:
         protocol = "https" if scheme == "milvus+https" else "http"

@@ -7,6 +7,7 @@ every backend ranks the same way.
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,7 +106,7 @@ class MemoryStore(ABC):
         """How many records match ``scope``."""
 
     @abstractmethod
-    def history(self, memory_id: str, scope: Filter) -> list[HistoryEntry]:
+    def history(self, memory_id: str, scope: Filter) -> builtins.list[HistoryEntry]:
         """Every version of a memory, oldest first, including its deletion."""
 
     @abstractmethod

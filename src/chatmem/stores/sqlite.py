@@ -14,6 +14,7 @@ retried on a busy database, so concurrent threads and processes wait rather than
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import threading
 import time
@@ -189,7 +190,10 @@ class SQLiteStore(MemoryStore):
         self._connections_lock = threading.Lock()
         self._closed = False
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreUnavailableError(f"cannot create {self.path!r}: {exc}") from exc
         self._migrate()
         self._embedding = self._read_embedding()
 
@@ -203,7 +207,9 @@ class SQLiteStore(MemoryStore):
             raise StoreError("store is closed")
         try:
             conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                self.path,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
                 check_same_thread=False,
             )
             conn.enable_load_extension(True)
@@ -527,7 +533,7 @@ class SQLiteStore(MemoryStore):
             row = conn.execute(f"SELECT COUNT(*) FROM memories AS m WHERE {where}", params)
             return int(row.fetchone()[0])
 
-    def history(self, memory_id: str, scope: Filter) -> list[HistoryEntry]:
+    def history(self, memory_id: str, scope: Filter) -> builtins.list[HistoryEntry]:
         conditions = ["memory_id = ?", "tenant_id = ?"]
         params: list[Any] = [memory_id, scope.tenant_id]
         if scope.user_id is not None:
@@ -572,7 +578,7 @@ class SQLiteStore(MemoryStore):
 
     def _vector_half(
         self, conn: sqlite3.Connection, query: SearchQuery, user: str
-    ) -> list[tuple[int, float]]:
+    ) -> builtins.list[tuple[int, float]]:
         assert query.vector is not None
         blob = _blob(query.vector)
         partition = user_key(query.filter.tenant_id, user)
@@ -595,7 +601,7 @@ class SQLiteStore(MemoryStore):
 
     def _keyword_half(
         self, conn: sqlite3.Connection, query: SearchQuery, user: str
-    ) -> list[tuple[int, float]]:
+    ) -> builtins.list[tuple[int, float]]:
         assert query.text is not None
         terms = textlib.query_terms(query.text)
         if not terms:

@@ -1,0 +1,425 @@
+"""The store conformance suite: every backend must pass it unchanged (SPEC B5).
+
+Vectors are 8-dimensional with known geometry, so nearest neighbours are known exactly.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chatmem.errors import (
+    ConflictError,
+    DimensionError,
+    EmbedderMismatchError,
+    NotFoundError,
+    ValidationError,
+)
+from chatmem.records import (
+    EmbeddingInfo,
+    Entry,
+    Filter,
+    HistoryEvent,
+    MemoryRecord,
+    MemoryType,
+    Scope,
+    Vector,
+)
+from chatmem.stores import Change, MemoryStore, SearchQuery
+from tests.stores.conftest import DIM, EMBEDDING, StoreFactory
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def unit(*weights: float) -> Vector:
+    """A unit vector; its first components are ``weights``."""
+    vector = np.zeros(DIM, dtype=np.float32)
+    vector[: len(weights)] = weights
+    return (vector / np.linalg.norm(vector)).astype(np.float32)
+
+
+def record(tenant: str, user: str, text: str, **fields: Any) -> MemoryRecord:
+    return MemoryRecord.model_validate(
+        {"tenant_id": tenant, "user_id": user, "content": {"raw": text}, **fields}
+    )
+
+
+def put(store: MemoryStore, *pairs: tuple[MemoryRecord, Vector]) -> list[MemoryRecord]:
+    store.put([Entry(r, v) for r, v in pairs])
+    return [r for r, _ in pairs]
+
+
+def ids(records: list[MemoryRecord]) -> list[str]:
+    return [r.id for r in records]
+
+
+# -- put and get ------------------------------------------------------------------------------
+
+
+def test_put_then_get_round_trips_every_field(store: MemoryStore, tenant: str) -> None:
+    original = record(
+        tenant,
+        "alice",
+        "Budget for the Hawaii trip is $10,000",
+        agent_id="planner",
+        project_id="travel",
+        session_id="s1",
+        type=MemoryType.PREFERENCE,
+        scope=Scope.SHARED,
+        content={"raw": "Budget for the Hawaii trip is $10,000", "summary": "budget $10k",
+                 "structured": {"amount": 10000, "currency": "USD"}},
+        metadata={"importance": 0.9, "confidence": 0.8, "tags": ["travel", "money"]},
+        time={"created_at": T0, "updated_at": T0, "valid_from": T0},
+        relations=[{"type": "related_to", "target_id": "other"}],
+        access_control={"visibility": "shared", "allowed_users": ["bob"],
+                        "allowed_roles": ["admin"]},
+        provenance=["msg-1", "msg-2"],
+        user_metadata={"dia_id": "D1:3", "nested": {"a": [1, 2.5, None, True]}, "n": 3},
+        context="previous turn",
+        embedding=EMBEDDING,
+    )
+    put(store, (original, unit(1)))
+    assert store.get([original.id], Filter(tenant_id=tenant)) == [original]
+
+
+def test_get_returns_records_in_the_order_asked(store: MemoryStore, tenant: str) -> None:
+    a, b, c = put(
+        store,
+        (record(tenant, "u", "a"), unit(1)),
+        (record(tenant, "u", "b"), unit(2)),
+        (record(tenant, "u", "c"), unit(3)),
+    )
+    got = store.get([c.id, "missing", a.id, b.id], Filter(tenant_id=tenant))
+    assert ids(got) == [c.id, a.id, b.id]
+
+
+def test_get_never_crosses_tenant_or_user(store: MemoryStore, tenant: str) -> None:
+    (mine,) = put(store, (record(tenant, "alice", "secret"), unit(1)))
+    assert store.get([mine.id], Filter(tenant_id=tenant, user_id="bob")) == []
+    assert store.get([mine.id], Filter(tenant_id=tenant + "-other")) == []
+    assert ids(store.get([mine.id], Filter(tenant_id=tenant, user_id="alice"))) == [mine.id]
+
+
+def test_put_is_atomic_when_an_id_already_exists(store: MemoryStore, tenant: str) -> None:
+    (first,) = put(store, (record(tenant, "u", "first"), unit(1)))
+    fresh = record(tenant, "u", "fresh")
+    clash = record(tenant, "u", "clash", id=first.id)
+    with pytest.raises(ValidationError):
+        store.put([Entry(fresh, unit(2)), Entry(clash, unit(3))])
+    assert store.get([fresh.id], Filter(tenant_id=tenant)) == []
+    assert store.get([first.id], Filter(tenant_id=tenant))[0].text == "first"
+
+
+def test_put_rejects_a_vector_of_the_wrong_dimension(store: MemoryStore, tenant: str) -> None:
+    good = record(tenant, "u", "good")
+    bad = record(tenant, "u", "bad")
+    wrong = np.ones(DIM + 1, dtype=np.float32)
+    with pytest.raises(DimensionError):
+        store.put([Entry(good, unit(1)), Entry(bad, wrong)])
+    assert store.count(Filter(tenant_id=tenant)) == 0
+
+
+def test_put_rejects_duplicate_ids_in_one_batch(store: MemoryStore, tenant: str) -> None:
+    one = record(tenant, "u", "one")
+    with pytest.raises(ValidationError):
+        store.put([Entry(one, unit(1)), Entry(one, unit(2))])
+    assert store.count(Filter(tenant_id=tenant)) == 0
+
+
+# -- search -----------------------------------------------------------------------------------
+
+
+def test_vector_search_ranks_by_cosine_within_one_user(store: MemoryStore, tenant: str) -> None:
+    near, middle, far = put(
+        store,
+        (record(tenant, "alice", "near"), unit(1, 0.1)),
+        (record(tenant, "alice", "middle"), unit(1, 1)),
+        (record(tenant, "alice", "far"), unit(0, 1)),
+    )
+    put(store, (record(tenant, "bob", "bob's exact match"), unit(1)))
+    put(store, (record(tenant + "-x", "alice", "other tenant's exact"), unit(1)))
+    found = store.search(
+        SearchQuery(Filter(tenant_id=tenant, user_id="alice"), vector=unit(1), candidates=10)
+    )
+    assert [h.record.id for h in found.vector] == [near.id, middle.id, far.id]
+    scores = [h.score for h in found.vector]
+    assert scores == sorted(scores, reverse=True)
+    assert scores[0] == pytest.approx(float(unit(1) @ unit(1, 0.1)), abs=1e-4)
+    assert scores[2] == pytest.approx(0.0, abs=1e-4)
+
+
+def test_vector_search_returns_at_most_the_candidates_asked(
+    store: MemoryStore, tenant: str
+) -> None:
+    put(store, *[(record(tenant, "u", f"m{i}"), unit(1, i / 10)) for i in range(12)])
+    found = store.search(
+        SearchQuery(Filter(tenant_id=tenant, user_id="u"), vector=unit(1), candidates=5)
+    )
+    assert len(found.vector) == 5
+
+
+def test_keyword_search_matches_stemmed_words_of_one_user(
+    store: MemoryStore, tenant: str
+) -> None:
+    if not store.capabilities.keyword_search:
+        pytest.skip("backend has no keyword search")
+    hiking, _ = put(
+        store,
+        (record(tenant, "alice", "I went hiking in the Alps last summer"), unit(1)),
+        (record(tenant, "alice", "My favourite food is ramen"), unit(2)),
+    )
+    put(store, (record(tenant, "bob", "Bob hikes every weekend in the Alps"), unit(1)))
+    found = store.search(
+        SearchQuery(Filter(tenant_id=tenant, user_id="alice"), text="Where does she hike?")
+    )
+    assert [h.record.id for h in found.keyword] == [hiking.id]
+    assert found.keyword[0].score > 0
+    assert found.vector == []
+
+
+def test_keyword_search_with_only_stop_words_finds_nothing(
+    store: MemoryStore, tenant: str
+) -> None:
+    put(store, (record(tenant, "u", "what is it"), unit(1)))
+    found = store.search(SearchQuery(Filter(tenant_id=tenant, user_id="u"), text="what is it?"))
+    assert found.keyword == []
+
+
+def test_keyword_search_survives_query_syntax(store: MemoryStore, tenant: str) -> None:
+    if not store.capabilities.keyword_search:
+        pytest.skip("backend has no keyword search")
+    (quoted,) = put(store, (record(tenant, "u", 'He said "NEAR" AND OR (x) * ^'), unit(1)))
+    found = store.search(
+        SearchQuery(Filter(tenant_id=tenant, user_id="u"), text='"NEAR" AND OR (x) * ^ -')
+    )
+    assert [h.record.id for h in found.keyword] == [quoted.id]
+
+
+def test_search_without_a_user_is_refused(store: MemoryStore, tenant: str) -> None:
+    with pytest.raises(ValidationError):
+        store.search(SearchQuery(Filter(tenant_id=tenant), vector=unit(1)))
+
+
+def test_search_with_a_wrong_dimension_is_refused(store: MemoryStore, tenant: str) -> None:
+    with pytest.raises(DimensionError):
+        store.search(
+            SearchQuery(Filter(tenant_id=tenant, user_id="u"), vector=np.ones(3, np.float32))
+        )
+
+
+def _filter_fixture(store: MemoryStore, tenant: str) -> list[MemoryRecord]:
+    rows = []
+    for i in range(12):
+        rows.append(
+            (
+                record(
+                    tenant,
+                    "u",
+                    f"note {i} about gardening",
+                    type=[MemoryType.SEMANTIC, MemoryType.EPISODIC, MemoryType.PREFERENCE][i % 3],
+                    scope=Scope.SHARED if i % 4 == 0 else Scope.PRIVATE,
+                    session_id=f"s{i % 2}",
+                    agent_id="a" if i < 6 else None,
+                    project_id="p" if i % 5 == 0 else None,
+                    time={
+                        "created_at": T0 + timedelta(days=i),
+                        "updated_at": T0 + timedelta(days=i),
+                        "valid_from": T0 + timedelta(days=i) if i % 2 else None,
+                        "valid_to": T0 + timedelta(days=i + 3) if i % 3 == 0 else None,
+                    },
+                    user_metadata={"lang": "en" if i % 2 else "fr", "rank": i % 4,
+                                   "flag": i % 3 == 0},
+                ),
+                unit(1, i / 12),
+            )
+        )
+    return put(store, *rows)
+
+
+FILTERS: list[dict[str, Any]] = [
+    {},
+    {"types": frozenset({MemoryType.EPISODIC})},
+    {"types": frozenset({MemoryType.SEMANTIC, MemoryType.PREFERENCE}), "session_id": "s1"},
+    {"scopes": frozenset({Scope.SHARED})},
+    {"agent_id": "a", "project_id": "p"},
+    {"created_after": T0 + timedelta(days=3), "created_before": T0 + timedelta(days=8)},
+    {"valid_at": T0 + timedelta(days=4)},
+    {"metadata": {"lang": "fr"}},
+    {"metadata": {"rank": 2, "lang": "fr"}},
+    {"metadata": {"flag": True}},
+    {"metadata": {"missing": None}},
+    {"metadata": {"lang": "de"}},
+]
+
+
+@pytest.mark.parametrize("narrow", FILTERS, ids=[str(sorted(f)) for f in FILTERS])
+def test_filters_agree_with_the_reference_semantics(
+    store: MemoryStore, tenant: str, narrow: dict[str, Any]
+) -> None:
+    records = _filter_fixture(store, tenant)
+    scope = Filter(tenant_id=tenant, user_id="u", **narrow)
+    expected = {r.id for r in records if scope.matches(r)}
+    assert {r.id for r in store.list(scope, limit=100).records} == expected
+    assert store.count(scope) == len(expected)
+    found = store.search(SearchQuery(scope, vector=unit(1), text="gardening", candidates=50))
+    assert {h.record.id for h in found.vector} == expected
+    if store.capabilities.keyword_search:
+        assert {h.record.id for h in found.keyword} == expected
+
+
+# -- update, delete, history ------------------------------------------------------------------
+
+
+def _next_version(old: MemoryRecord, text: str) -> MemoryRecord:
+    data = old.model_dump()
+    data["content"]["raw"] = text
+    data["metadata"]["version"] = old.metadata.version + 1
+    return MemoryRecord.model_validate(data)
+
+
+def test_update_replaces_the_record_and_keeps_history(store: MemoryStore, tenant: str) -> None:
+    (old,) = put(store, (record(tenant, "u", "budget is $10,000"), unit(1)))
+    new = _next_version(old, "budget is $12,000")
+    store.update([Change(new, unit(0, 1), expected_version=1, reason="user corrected it")])
+    assert store.get([old.id], Filter(tenant_id=tenant)) == [new]
+    history = store.history(old.id, Filter(tenant_id=tenant))
+    assert [(h.event, h.version) for h in history] == [
+        (HistoryEvent.ADD, 1),
+        (HistoryEvent.UPDATE, 2),
+    ]
+    assert history[1].old == old and history[1].new == new
+    assert history[1].reason == "user corrected it"
+    found = store.search(SearchQuery(Filter(tenant_id=tenant, user_id="u"), vector=unit(0, 1)))
+    assert found.vector[0].score == pytest.approx(1.0, abs=1e-4)
+
+
+def test_update_with_a_stale_version_conflicts(store: MemoryStore, tenant: str) -> None:
+    (old,) = put(store, (record(tenant, "u", "v1"), unit(1)))
+    store.update([Change(_next_version(old, "v2"), None, expected_version=1)])
+    with pytest.raises(ConflictError):
+        store.update([Change(_next_version(old, "v2 again"), None, expected_version=1)])
+    assert store.get([old.id], Filter(tenant_id=tenant))[0].text == "v2"
+
+
+def test_update_is_atomic_across_a_batch(store: MemoryStore, tenant: str) -> None:
+    a, b = put(store, (record(tenant, "u", "a1"), unit(1)), (record(tenant, "u", "b1"), unit(2)))
+    ghost = record(tenant, "u", "ghost")
+    with pytest.raises(NotFoundError):
+        store.update(
+            [
+                Change(_next_version(a, "a2"), None, expected_version=1),
+                Change(_next_version(ghost, "g2"), None, expected_version=1),
+            ]
+        )
+    assert [r.text for r in store.get([a.id, b.id], Filter(tenant_id=tenant))] == ["a1", "b1"]
+
+
+def test_update_cannot_move_a_memory_to_another_user(store: MemoryStore, tenant: str) -> None:
+    (old,) = put(store, (record(tenant, "alice", "mine"), unit(1)))
+    stolen = _next_version(old, "mine").model_copy(update={"user_id": "mallory"})
+    with pytest.raises(NotFoundError):
+        store.update([Change(stolen, None, expected_version=1)])
+    assert store.get([old.id], Filter(tenant_id=tenant))[0].user_id == "alice"
+
+
+def test_delete_by_filter_removes_only_what_matches(store: MemoryStore, tenant: str) -> None:
+    a1, a2 = put(
+        store,
+        (record(tenant, "alice", "a1", session_id="s1"), unit(1)),
+        (record(tenant, "alice", "a2", session_id="s2"), unit(1)),
+    )
+    (b1,) = put(store, (record(tenant, "bob", "b1", session_id="s1"), unit(1)))
+    removed = store.delete(Filter(tenant_id=tenant, user_id="alice", session_id="s1"), "ended")
+    assert removed == [a1.id]
+    left = store.list(Filter(tenant_id=tenant)).records
+    assert sorted(ids(left)) == sorted([a2.id, b1.id])
+    history = store.history(a1.id, Filter(tenant_id=tenant))
+    assert history[-1].event == HistoryEvent.DELETE and history[-1].reason == "ended"
+    found = store.search(SearchQuery(Filter(tenant_id=tenant, user_id="alice"), vector=unit(1)))
+    assert [h.record.id for h in found.vector] == [a2.id]
+
+
+def test_delete_a_whole_tenant_leaves_other_tenants(store: MemoryStore, tenant: str) -> None:
+    put(store, (record(tenant, "u", "x"), unit(1)), (record(tenant, "v", "y"), unit(1)))
+    (kept,) = put(store, (record(tenant + "-2", "u", "z"), unit(1)))
+    assert len(store.delete(Filter(tenant_id=tenant))) == 2
+    assert store.count(Filter(tenant_id=tenant)) == 0
+    assert ids(store.list(Filter(tenant_id=tenant + "-2")).records) == [kept.id]
+
+
+def test_history_is_scoped(store: MemoryStore, tenant: str) -> None:
+    (mine,) = put(store, (record(tenant, "alice", "mine"), unit(1)))
+    assert store.history(mine.id, Filter(tenant_id=tenant, user_id="bob")) == []
+    assert store.history(mine.id, Filter(tenant_id=tenant + "-x")) == []
+    assert len(store.history(mine.id, Filter(tenant_id=tenant, user_id="alice"))) == 1
+
+
+# -- list and vectors -------------------------------------------------------------------------
+
+
+def test_list_pages_cover_everything_once_oldest_first(store: MemoryStore, tenant: str) -> None:
+    made = put(
+        store,
+        *[
+            (
+                record(tenant, "u", f"m{i}",
+                       time={"created_at": T0 + timedelta(minutes=i % 7),
+                             "updated_at": T0}),
+                unit(1),
+            )
+            for i in range(23)
+        ],
+    )
+    seen: list[MemoryRecord] = []
+    cursor = None
+    while True:
+        page = store.list(Filter(tenant_id=tenant, user_id="u"), limit=5, cursor=cursor)
+        assert len(page.records) <= 5
+        seen.extend(page.records)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert sorted(ids(seen)) == sorted(ids(made))
+    assert len(seen) == len(made)
+    times = [r.time.created_at for r in seen]
+    assert times == sorted(times)
+
+
+def test_list_rejects_a_foreign_cursor(store: MemoryStore, tenant: str) -> None:
+    with pytest.raises(ValidationError):
+        store.list(Filter(tenant_id=tenant), limit=5, cursor="not-a-cursor")
+
+
+def test_vectors_round_trip(store: MemoryStore, tenant: str) -> None:
+    vector = unit(0.3, -0.2, 0.9)
+    (stored,) = put(store, (record(tenant, "u", "x"), vector))
+    got = store.vectors([stored.id], Filter(tenant_id=tenant))
+    np.testing.assert_allclose(got[stored.id], vector, atol=1e-6)
+    assert store.vectors([stored.id], Filter(tenant_id=tenant, user_id="other")) == {}
+
+
+# -- opening ----------------------------------------------------------------------------------
+
+
+def test_reopened_store_keeps_data_and_refuses_another_embedding(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    first = make_store(tmp_path)
+    first.bind_embedding(EMBEDDING)
+    (kept,) = put(first, (record("t", "u", "durable"), unit(1)))
+    first.close()
+    again = make_store(tmp_path)
+    try:
+        assert again.embedding == EMBEDDING
+        again.bind_embedding(EMBEDDING)
+        assert ids(again.get([kept.id], Filter(tenant_id="t"))) == [kept.id]
+        with pytest.raises(EmbedderMismatchError):
+            again.bind_embedding(EmbeddingInfo(model="other", dimension=DIM))
+        with pytest.raises(EmbedderMismatchError):
+            again.bind_embedding(EmbeddingInfo(model=EMBEDDING.model, dimension=DIM * 2))
+    finally:
+        again.close()

@@ -1,0 +1,109 @@
+"""SQLite-specific behaviour: concurrent writers, durability options, URIs, migrations."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chatmem.errors import ConfigError, StoreError, ValidationError
+from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord
+from chatmem.stores import SQLiteStore, open_store
+from chatmem.stores.sqlite import MIGRATIONS
+
+EMBEDDING = EmbeddingInfo(model="test", dimension=4)
+WRITES = 40
+
+
+def _write_many(path: str, writer: str) -> None:
+    store = SQLiteStore(path)
+    store.bind_embedding(EMBEDDING)
+    rng = np.random.default_rng(abs(hash(writer)) % 2**32)
+    for i in range(WRITES):
+        record = MemoryRecord(user_id=writer, content={"raw": f"{writer} fact {i}"})
+        store.put([Entry(record, rng.random(4, dtype=np.float32))])
+        if i % 10 == 0:
+            store.delete(Filter(user_id=writer, ids=("nothing",)))
+    store.close()
+
+
+def test_many_processes_and_threads_write_at_once_without_errors(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    SQLiteStore(path).close()
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_write_many, args=(path, f"p{i}")) for i in range(3)]
+    errors: list[BaseException] = []
+
+    def thread_writer(name: str) -> None:
+        try:
+            _write_many(path, name)
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=thread_writer, args=(f"t{i}",)) for i in range(4)]
+    for worker in [*processes, *threads]:
+        worker.start()
+    for worker in [*processes, *threads]:
+        worker.join(timeout=120)
+    assert errors == []
+    assert [p.exitcode for p in processes] == [0, 0, 0]
+    store = SQLiteStore(path)
+    for writer in [*(f"p{i}" for i in range(3)), *(f"t{i}" for i in range(4))]:
+        assert store.count(Filter(user_id=writer)) == WRITES
+    store.close()
+
+
+def test_one_store_shared_by_threads(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "threads.db")
+    store.bind_embedding(EMBEDDING)
+
+    def work(user: str) -> None:
+        for i in range(25):
+            record = MemoryRecord(user_id=user, content={"raw": f"note {i}"})
+            store.put([Entry(record, np.ones(4, dtype=np.float32))])
+
+    threads = [threading.Thread(target=work, args=(f"u{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(store.count(Filter(user_id=f"u{i}")) for i in range(6)) == 150
+    store.close()
+
+
+def test_uris_choose_the_backend_and_options(tmp_path: Path) -> None:
+    absolute = open_store(f"sqlite:///{tmp_path}/a.db?synchronous=full")
+    assert isinstance(absolute, SQLiteStore) and absolute.path == f"{tmp_path}/a.db"
+    absolute.close()
+    bare = open_store(str(tmp_path / "b.db"))
+    assert isinstance(bare, SQLiteStore)
+    bare.close()
+    with pytest.raises(ConfigError, match="unknown store scheme"):
+        open_store("redis://localhost")
+    with pytest.raises(ConfigError, match="three slashes"):
+        open_store("sqlite://host/x.db")
+    with pytest.raises(ValidationError, match="synchronous"):
+        open_store(f"sqlite:///{tmp_path}/c.db?synchronous=sometimes")
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    SQLiteStore(path).close()
+    import pysqlite3.dbapi2 as sqlite3
+
+    conn = sqlite3.connect(str(path))
+    conn.execute("INSERT INTO chatmem_migrations VALUES (?, 0)", (len(MIGRATIONS) + 1,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="newer"):
+        SQLiteStore(path)
+
+
+def test_an_unreadable_path_is_a_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreError):
+        SQLiteStore(blocker / "x.db")

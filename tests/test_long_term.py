@@ -1,0 +1,226 @@
+"""LongTermMemory over the real SQLite store and the real offline embedder."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from chatmem import (
+    AsyncLongTermMemory,
+    EmbedderMismatchError,
+    Filter,
+    HistoryEvent,
+    ImportFormatError,
+    LocalEmbedder,
+    LongTermMemory,
+    MemoryType,
+    NotFoundError,
+    OpenAIEmbedder,
+    Source,
+    ValidationError,
+)
+from chatmem.records import MAX_TEXT_CHARS
+from chatmem.stores import SQLiteStore
+
+
+def test_cross_session_recall_finds_the_fact(memory: LongTermMemory) -> None:
+    memory.add("My budget for the Hawaii trip is $10,000", user_id="alice", session_id="A")
+    memory.add("I deploy the payment service with docker push", user_id="alice")
+    memory.add("I prefer window seats on long flights", user_id="alice")
+    hits = memory.search("What's my budget for the trip?", user_id="alice", k=3)
+    assert hits[0].record.text == "My budget for the Hawaii trip is $10,000"
+    assert hits[0].score > hits[1].score
+    assert 0.0 <= hits[-1].score <= hits[0].score <= 1.0
+
+
+def test_search_never_returns_another_users_memory(memory: LongTermMemory) -> None:
+    memory.add("Alice's budget for the Hawaii trip is $10,000", user_id="alice")
+    memory.add("Bob's budget for the Hawaii trip is $3,000", user_id="bob")
+    memory.add("Budget for the Hawaii trip is $99", user_id="alice", tenant_id="acme")
+    hits = memory.search("budget for the Hawaii trip", user_id="alice", k=10)
+    assert [h.record.text for h in hits] == ["Alice's budget for the Hawaii trip is $10,000"]
+
+
+def test_threshold_cuts_weak_results(memory: LongTermMemory) -> None:
+    memory.add("My budget for the Hawaii trip is $10,000", user_id="u")
+    memory.add("The cat sleeps on the sofa", user_id="u")
+    everything = memory.search("Hawaii trip budget", user_id="u", k=5)
+    assert len(everything) == 2
+    strong = memory.search("Hawaii trip budget", user_id="u", k=5, threshold=everything[0].score)
+    assert [h.record.text for h in strong] == [everything[0].record.text]
+
+
+def test_chat_messages_become_episodic_memories_with_context(memory: LongTermMemory) -> None:
+    records = memory.add(
+        [
+            {"role": "user", "content": "Where should I go in March?", "id": "m1",
+             "timestamp": 1_700_000_000_000},
+            {"role": "assistant", "content": [{"type": "text", "text": "Try Lisbon."}],
+             "name": "guide", "metadata": {"turn": 2}},
+        ],
+        user_id="u",
+        session_id="s",
+        metadata={"channel": "web"},
+    )
+    first, second = records
+    assert first.type == MemoryType.EPISODIC and first.provenance == ["m1"]
+    assert first.time.created_at.year == 2023
+    assert first.metadata.source == Source.EXPLICIT_USER_INPUT
+    assert second.metadata.source == Source.SYSTEM_GENERATED
+    assert second.user_metadata == {"channel": "web", "turn": 2, "role": "assistant",
+                                    "name": "guide"}
+    assert second.context is not None and "Where should I go in March?" in second.context
+    assert memory.get(second.id, user_id="u") == second
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"role": "user", "content": ""}, "messages[1].content.raw"),
+        ({"role": "user", "content": "   "}, "messages[1].content.raw"),
+        ({"role": "user", "content": "x" * (MAX_TEXT_CHARS + 1)}, "messages[1].content.raw"),
+        ({"role": "wizard", "content": "hi"}, "messages[1].role"),
+        ({"role": "user"}, "messages[1].content"),
+        ({"role": "user", "content": "ok", "timestamp": "yesterday"}, "messages[1].timestamp"),
+        ({"role": "user", "content": "ok", "metadata": ["not", "a", "map"]},
+         "messages[1].metadata"),
+    ],
+)
+def test_bad_message_is_refused_and_nothing_of_the_batch_is_stored(
+    memory: LongTermMemory, bad: dict[str, object], field: str
+) -> None:
+    memory.add("kept", user_id="u")
+    with pytest.raises(ValidationError) as raised:
+        memory.add([{"role": "user", "content": "valid first"}, bad], user_id="u")
+    assert raised.value.field == field
+    assert [r.text for r in memory.list(Filter(user_id="u")).records] == ["kept"]
+
+
+def test_empty_input_is_refused(memory: LongTermMemory) -> None:
+    with pytest.raises(ValidationError, match="nothing to add"):
+        memory.add([], user_id="u")
+    with pytest.raises(ValidationError, match="content.raw"):
+        memory.add("", user_id="u")
+    with pytest.raises(ValidationError, match="query"):
+        memory.search("  ", user_id="u")
+
+
+def test_bad_metadata_and_ids_are_refused(memory: LongTermMemory) -> None:
+    with pytest.raises(ValidationError, match="user_id"):
+        memory.add("x", user_id="")
+    with pytest.raises(ValidationError, match="metadata"):
+        memory.add("x", user_id="u", metadata={"bad key!": 1})
+    with pytest.raises(ValidationError, match="importance"):
+        memory.add("x", user_id="u", importance=1.5)
+    with pytest.raises(ValidationError):
+        Filter(user_id="u", colour="red")  # type: ignore[call-arg]
+
+
+def test_update_versions_and_history(memory: LongTermMemory) -> None:
+    (fact,) = memory.add("Budget for Hawaii is $10,000", user_id="u", importance=0.7)
+    updated = memory.update(fact.id, "Budget for Hawaii is $12,000", user_id="u",
+                            metadata={"checked": True}, reason="user corrected")
+    assert updated.metadata.version == 2 and updated.metadata.importance == 0.7
+    assert updated.user_metadata == {"checked": True}
+    history = memory.history(fact.id, user_id="u")
+    assert [h.event for h in history] == [HistoryEvent.ADD, HistoryEvent.UPDATE]
+    assert history[1].old is not None and history[1].old.text == "Budget for Hawaii is $10,000"
+    hits = memory.search("How much is the Hawaii budget?", user_id="u")
+    assert hits[0].record.text == "Budget for Hawaii is $12,000"
+    with pytest.raises(ValidationError):
+        memory.update(fact.id, "", user_id="u")
+    assert memory.get(fact.id).metadata.version == 2
+
+
+def test_delete_and_forget_by_scope(memory: LongTermMemory) -> None:
+    (one,) = memory.add("one", user_id="u", project_id="p")
+    memory.add("two", user_id="u", project_id="q")
+    memory.add("three", user_id="v", project_id="p")
+    memory.delete(one.id, user_id="u")
+    with pytest.raises(NotFoundError):
+        memory.get(one.id)
+    with pytest.raises(NotFoundError):
+        memory.delete(one.id, user_id="u")
+    assert memory.history(one.id)[-1].event == HistoryEvent.DELETE
+    assert memory.delete_all(Filter(project_id="p")) == 1
+    assert [r.text for r in memory.list(Filter()).records] == ["two"]
+
+
+def test_get_and_delete_are_scoped_to_the_user(memory: LongTermMemory) -> None:
+    (mine,) = memory.add("mine", user_id="alice")
+    with pytest.raises(NotFoundError):
+        memory.get(mine.id, user_id="bob")
+    with pytest.raises(NotFoundError):
+        memory.delete(mine.id, user_id="bob")
+    with pytest.raises(NotFoundError):
+        memory.get(mine.id, tenant_id="other")
+    assert memory.get(mine.id, user_id="alice") == mine
+
+
+def test_export_then_import_round_trips_exactly(
+    memory: LongTermMemory, tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    memory.add([{"role": "user", "content": "I live in Porto"},
+                {"role": "assistant", "content": "Lovely city"}], user_id="u", session_id="s")
+    (fact,) = memory.add("Prefers green tea", user_id="u", tags=["drinks"])
+    memory.update(fact.id, "Prefers jasmine tea", user_id="u")
+    out = io.StringIO()
+    assert memory.export_jsonl(Filter(user_id="u"), out, page_size=2) == 3
+    with LongTermMemory(SQLiteStore(tmp_path / "copy.db"), embedder) as copy:
+        assert copy.import_jsonl(out.getvalue().splitlines()) == 3
+        original = memory.list(Filter(user_id="u")).records
+        assert copy.list(Filter(user_id="u")).records == original
+        again = io.StringIO()
+        copy.export_jsonl(Filter(user_id="u"), again)
+        assert again.getvalue() == out.getvalue()
+
+
+def test_import_is_all_or_nothing(memory: LongTermMemory) -> None:
+    memory.add("x", user_id="u")
+    out = io.StringIO()
+    memory.export_jsonl(Filter(user_id="u"), out)
+    good = json.loads(out.getvalue())
+    good["record"]["id"] = "fresh"
+    bad_vector = dict(good, record=dict(good["record"], id="bad"), vector=[1.0, 2.0])
+    cases = [
+        ("{not json", 2, None),
+        (json.dumps({"format": "other"}), 2, "format"),
+        (json.dumps(dict(good, record=dict(good["record"], user_id=""))), 2, "record.user_id"),
+        (json.dumps(bad_vector), 2, "vector"),
+    ]
+    for bad, line, field in cases:
+        with pytest.raises(ImportFormatError) as raised:
+            memory.import_jsonl([json.dumps(good), bad])
+        assert raised.value.line == line and raised.value.field == field
+    assert memory.count(Filter(user_id="u")) == 1
+
+
+def test_opening_with_another_embedder_is_refused(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    path = tmp_path / "m.db"
+    LongTermMemory(SQLiteStore(path), embedder).close()
+    other = OpenAIEmbedder("text-embedding-3-small", 1536, base_url="http://127.0.0.1:9")
+    with pytest.raises(EmbedderMismatchError, match="all-MiniLM-L6-v2"):
+        LongTermMemory(SQLiteStore(path), other)
+    other.close()
+
+
+def test_open_by_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHATMEM_STORE", f"sqlite:///{tmp_path}/env.db")
+    with LongTermMemory.open() as opened:
+        opened.add("from env", user_id="u")
+    assert (tmp_path / "env.db").exists()
+
+
+def test_async_api_runs_the_same_logic(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    async def scenario() -> list[str]:
+        memory = AsyncLongTermMemory(LongTermMemory(SQLiteStore(tmp_path / "a.db"), embedder))
+        async with memory:
+            await asyncio.gather(*(memory.add(f"fact number {i}", user_id="u") for i in range(8)))
+            hits = await memory.search("fact number 3", user_id="u", k=1)
+            return [h.record.text for h in hits]
+
+    assert asyncio.run(scenario()) == ["fact number 3"]
