@@ -107,7 +107,9 @@ def _sqlite(path: Path) -> MemoryStore:
 def test_no_memory_crosses_tenants_or_users_on_sqlite(embedder: LocalEmbedder) -> None:
     machine = isolation_machine(_sqlite, embedder)
     machine.TestCase.settings = settings(
-        max_examples=25, stateful_step_count=30, deadline=None,
+        max_examples=25,
+        stateful_step_count=30,
+        deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
     machine.TestCase().runTest()
@@ -120,7 +122,9 @@ def test_no_memory_crosses_tenants_or_users_on_milvus(embedder: LocalEmbedder) -
 
     machine = isolation_machine(lambda path: MilvusStore(str(path / "milvus.db")), embedder)
     machine.TestCase.settings = settings(
-        max_examples=4, stateful_step_count=15, deadline=None,
+        max_examples=4,
+        stateful_step_count=15,
+        deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
     machine.TestCase().runTest()

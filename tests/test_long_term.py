@@ -57,10 +57,18 @@ def test_threshold_cuts_weak_results(memory: LongTermMemory) -> None:
 def test_chat_messages_become_episodic_memories_with_context(memory: LongTermMemory) -> None:
     records = memory.add(
         [
-            {"role": "user", "content": "Where should I go in March?", "id": "m1",
-             "timestamp": 1_700_000_000_000},
-            {"role": "assistant", "content": [{"type": "text", "text": "Try Lisbon."}],
-             "name": "guide", "metadata": {"turn": 2}},
+            {
+                "role": "user",
+                "content": "Where should I go in March?",
+                "id": "m1",
+                "timestamp": 1_700_000_000_000,
+            },
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "Try Lisbon."}],
+                "name": "guide",
+                "metadata": {"turn": 2},
+            },
         ],
         user_id="u",
         session_id="s",
@@ -71,8 +79,12 @@ def test_chat_messages_become_episodic_memories_with_context(memory: LongTermMem
     assert first.time.created_at.year == 2023
     assert first.metadata.source == Source.EXPLICIT_USER_INPUT
     assert second.metadata.source == Source.SYSTEM_GENERATED
-    assert second.user_metadata == {"channel": "web", "turn": 2, "role": "assistant",
-                                    "name": "guide"}
+    assert second.user_metadata == {
+        "channel": "web",
+        "turn": 2,
+        "role": "assistant",
+        "name": "guide",
+    }
     assert second.context is not None and "Where should I go in March?" in second.context
     assert memory.get(second.id, user_id="u") == second
 
@@ -86,8 +98,10 @@ def test_chat_messages_become_episodic_memories_with_context(memory: LongTermMem
         ({"role": "wizard", "content": "hi"}, "messages[1].role"),
         ({"role": "user"}, "messages[1].content"),
         ({"role": "user", "content": "ok", "timestamp": "yesterday"}, "messages[1].timestamp"),
-        ({"role": "user", "content": "ok", "metadata": ["not", "a", "map"]},
-         "messages[1].metadata"),
+        (
+            {"role": "user", "content": "ok", "metadata": ["not", "a", "map"]},
+            "messages[1].metadata",
+        ),
     ],
 )
 def test_bad_message_is_refused_and_nothing_of_the_batch_is_stored(
@@ -122,8 +136,13 @@ def test_bad_metadata_and_ids_are_refused(memory: LongTermMemory) -> None:
 
 def test_update_versions_and_history(memory: LongTermMemory) -> None:
     (fact,) = memory.add("Budget for Hawaii is $10,000", user_id="u", importance=0.7)
-    updated = memory.update(fact.id, "Budget for Hawaii is $12,000", user_id="u",
-                            metadata={"checked": True}, reason="user corrected")
+    updated = memory.update(
+        fact.id,
+        "Budget for Hawaii is $12,000",
+        user_id="u",
+        metadata={"checked": True},
+        reason="user corrected",
+    )
     assert updated.metadata.version == 2 and updated.metadata.importance == 0.7
     assert updated.user_metadata == {"checked": True}
     history = memory.history(fact.id, user_id="u")
@@ -164,8 +183,14 @@ def test_get_and_delete_are_scoped_to_the_user(memory: LongTermMemory) -> None:
 def test_export_then_import_round_trips_exactly(
     memory: LongTermMemory, tmp_path: Path, embedder: LocalEmbedder
 ) -> None:
-    memory.add([{"role": "user", "content": "I live in Porto"},
-                {"role": "assistant", "content": "Lovely city"}], user_id="u", session_id="s")
+    memory.add(
+        [
+            {"role": "user", "content": "I live in Porto"},
+            {"role": "assistant", "content": "Lovely city"},
+        ],
+        user_id="u",
+        session_id="s",
+    )
     (fact,) = memory.add("Prefers green tea", user_id="u", tags=["drinks"])
     memory.update(fact.id, "Prefers jasmine tea", user_id="u")
     out = io.StringIO()

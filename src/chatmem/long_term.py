@@ -114,6 +114,7 @@ class LongTermMemory:
             "project_id": project_id,
             "session_id": session_id,
         }
+        Filter.checked(base)  # names a bad id as itself, not as a field of every message
         extras = {"importance": importance, "tags": tags}
         records = [
             self._record_from(item, index, items, base, metadata, type, extras)
@@ -263,20 +264,24 @@ class LongTermMemory:
     def get(
         self, memory_id: str, *, tenant_id: str = "default", user_id: str | None = None
     ) -> MemoryRecord:
+        """One memory by id (raises NotFoundError if it is not visible in that scope)."""
         found = self.store.get([memory_id], self._scope(tenant_id, user_id))
         if not found:
             raise NotFoundError(memory_id)
         return found[0]
 
     def list(self, scope: Filter, *, limit: int = 100, cursor: str | None = None) -> Page:
+        """Memories matching ``scope``, oldest first, a page at a time."""
         return self.store.list(scope, limit, cursor)
 
     def count(self, scope: Filter) -> int:
+        """How many memories match ``scope``."""
         return self.store.count(scope)
 
     def history(
         self, memory_id: str, *, tenant_id: str = "default", user_id: str | None = None
     ) -> builtins.list[HistoryEntry]:
+        """Every version of a memory, oldest first, its deletion included."""
         entries = self.store.history(memory_id, self._scope(tenant_id, user_id))
         if not entries:
             raise NotFoundError(memory_id)
@@ -333,6 +338,7 @@ class LongTermMemory:
         return len(ready)
 
     def close(self) -> None:
+        """Close the store."""
         self.store.close()
 
     def __enter__(self) -> LongTermMemory:
@@ -460,7 +466,7 @@ def _threaded(
     async def run(self: AsyncLongTermMemory, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return await asyncio.to_thread(method, self.sync, *args, **kwargs)
 
-    functools.update_wrapper(run, method)
+    functools.update_wrapper(run, method)  # keeps the docstring and signature
     return run
 
 

@@ -255,6 +255,7 @@ class Filter(_Checked):
         return value
 
     def require_user(self) -> str:
+        """The user id; a ValidationError when the filter names none."""
         if self.user_id is None:
             raise ValidationError("is required for this operation", field="filter.user_id")
         return self.user_id

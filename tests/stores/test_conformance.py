@@ -70,13 +70,19 @@ def test_put_then_get_round_trips_every_field(store: MemoryStore, tenant: str) -
         session_id="s1",
         type=MemoryType.PREFERENCE,
         scope=Scope.SHARED,
-        content={"raw": "Budget for the Hawaii trip is $10,000", "summary": "budget $10k",
-                 "structured": {"amount": 10000, "currency": "USD"}},
+        content={
+            "raw": "Budget for the Hawaii trip is $10,000",
+            "summary": "budget $10k",
+            "structured": {"amount": 10000, "currency": "USD"},
+        },
         metadata={"importance": 0.9, "confidence": 0.8, "tags": ["travel", "money"]},
         time={"created_at": T0, "updated_at": T0, "valid_from": T0},
         relations=[{"type": "related_to", "target_id": "other"}],
-        access_control={"visibility": "shared", "allowed_users": ["bob"],
-                        "allowed_roles": ["admin"]},
+        access_control={
+            "visibility": "shared",
+            "allowed_users": ["bob"],
+            "allowed_roles": ["admin"],
+        },
         provenance=["msg-1", "msg-2"],
         user_metadata={"dia_id": "D1:3", "nested": {"a": [1, 2.5, None, True]}, "n": 3},
         context="previous turn",
@@ -162,9 +168,7 @@ def test_vector_search_returns_at_most_the_candidates_asked(
     assert len(found.vector) == 5
 
 
-def test_keyword_search_matches_stemmed_words_of_one_user(
-    store: MemoryStore, tenant: str
-) -> None:
+def test_keyword_search_matches_stemmed_words_of_one_user(store: MemoryStore, tenant: str) -> None:
     if not store.capabilities.keyword_search:
         pytest.skip("backend has no keyword search")
     hiking, _ = put(
@@ -181,9 +185,7 @@ def test_keyword_search_matches_stemmed_words_of_one_user(
     assert found.vector == []
 
 
-def test_keyword_search_with_only_stop_words_finds_nothing(
-    store: MemoryStore, tenant: str
-) -> None:
+def test_keyword_search_with_only_stop_words_finds_nothing(store: MemoryStore, tenant: str) -> None:
     put(store, (record(tenant, "u", "what is it"), unit(1)))
     found = store.search(SearchQuery(Filter(tenant_id=tenant, user_id="u"), text="what is it?"))
     assert found.keyword == []
@@ -231,8 +233,11 @@ def _filter_fixture(store: MemoryStore, tenant: str) -> list[MemoryRecord]:
                         "valid_from": T0 + timedelta(days=i) if i % 2 else None,
                         "valid_to": T0 + timedelta(days=i + 3) if i % 3 == 0 else None,
                     },
-                    user_metadata={"lang": "en" if i % 2 else "fr", "rank": i % 4,
-                                   "flag": i % 3 == 0},
+                    user_metadata={
+                        "lang": "en" if i % 2 else "fr",
+                        "rank": i % 4,
+                        "flag": i % 3 == 0,
+                    },
                 ),
                 unit(1, i / 12),
             )
@@ -366,9 +371,12 @@ def test_list_pages_cover_everything_once_oldest_first(store: MemoryStore, tenan
         store,
         *[
             (
-                record(tenant, "u", f"m{i}",
-                       time={"created_at": T0 + timedelta(minutes=i % 7),
-                             "updated_at": T0}),
+                record(
+                    tenant,
+                    "u",
+                    f"m{i}",
+                    time={"created_at": T0 + timedelta(minutes=i % 7), "updated_at": T0},
+                ),
                 unit(1),
             )
             for i in range(23)

@@ -39,9 +39,10 @@ def _default_tokenizer_path() -> Path:
 class LocalEmbedder:
     """MiniLM (int8 ONNX) with mean pooling over real tokens and L2 normalisation.
 
-    The shipped tokenizer pads every input to 128 tokens; padding is turned off and done
-    per batch instead, so pooling never averages over padding. Recent query vectors are
-    cached, since a chat agent searches with the same text more than once.
+    The model loads at the first ``embed`` (or ``warm()``). The shipped tokenizer pads every
+    input to 128 tokens; padding is turned off and done per batch instead, so pooling never
+    averages over padding. Recent query vectors are cached, since a chat agent searches with
+    the same text more than once.
     """
 
     def __init__(
@@ -52,21 +53,42 @@ class LocalEmbedder:
         threads: int | None = None,
         cache_size: int = 2048,
     ) -> None:
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        self._session = ort.InferenceSession(
-            str(model_path or _default_model_path()),
-            sess_options=options,
-            providers=["CPUExecutionProvider"],
-        )
-        self._input_names = {i.name for i in self._session.get_inputs()}
-        self._tokenizer = Tokenizer.from_file(str(tokenizer_path or _default_tokenizer_path()))
-        self._tokenizer.no_padding()
-        self._tokenizer.enable_truncation(MAX_TOKENS)
+        self._model_path = model_path
+        self._tokenizer_path = tokenizer_path
+        self._threads = threads
+        self._loaded: tuple[ort.InferenceSession, Tokenizer, set[str]] | None = None
         self._cache: OrderedDict[str, Vector] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+
+    def warm(self) -> LocalEmbedder:
+        """Load the model now rather than at the first ``embed``."""
+        self._model()
+        return self
+
+    def _model(self) -> tuple[ort.InferenceSession, Tokenizer, set[str]]:
+        if self._loaded is None:
+            with self._lock:
+                if self._loaded is None:
+                    self._loaded = self._load()
+        return self._loaded
+
+    def _load(self) -> tuple[ort.InferenceSession, Tokenizer, set[str]]:
+        options = ort.SessionOptions()
+        if self._threads:
+            options.intra_op_num_threads = self._threads
+        try:
+            session = ort.InferenceSession(
+                str(self._model_path or _default_model_path()),
+                sess_options=options,
+                providers=["CPUExecutionProvider"],
+            )
+            tokenizer = Tokenizer.from_file(str(self._tokenizer_path or _default_tokenizer_path()))
+        except Exception as exc:  # boundary: onnxruntime and tokenizers raise untyped errors
+            raise EmbeddingError(f"cannot load the local embedding model: {exc}") from exc
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(MAX_TOKENS)
+        return session, tokenizer, {i.name for i in session.get_inputs()}
 
     @property
     def model(self) -> str:
@@ -77,6 +99,7 @@ class LocalEmbedder:
         return DIMENSION
 
     def embed(self, texts: Sequence[str]) -> Vector:
+        """Embed ``texts`` in length-sorted batches; single texts go through the cache."""
         if len(texts) == 1:
             return self._embed_cached(texts[0])[None, :]
         return self._embed_many(texts)
@@ -98,7 +121,7 @@ class LocalEmbedder:
         out = np.empty((len(texts), DIMENSION), dtype=np.float32)
         if not texts:
             return out
-        encodings = self._tokenizer.encode_batch(list(texts))
+        encodings = self._model()[1].encode_batch(list(texts))
         # Batching by length keeps padding, and so wasted work, small.
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         for start in range(0, len(order), BATCH_SIZE):
@@ -113,11 +136,12 @@ class LocalEmbedder:
         for row, encoding in enumerate(encodings):
             ids[row, : len(encoding.ids)] = encoding.ids
             mask[row, : len(encoding.ids)] = 1
+        session, _, input_names = self._model()
         feeds = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self._input_names:
+        if "token_type_ids" in input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
         try:
-            hidden = self._session.run(None, feeds)[0]
+            hidden = session.run(None, feeds)[0]
         except Exception as exc:  # boundary: onnxruntime raises its own untyped errors
             raise EmbeddingError(f"local embedder failed: {exc}") from exc
         weights = mask[:, :, None].astype(np.float32)

@@ -43,6 +43,7 @@ class OpenAIEmbedder:
         return self._dimension
 
     def embed(self, texts: Sequence[str]) -> Vector:
+        """Embed ``texts`` with the endpoint, ``batch_size`` at a time."""
         chunks = [
             self._embed_batch(list(texts[i : i + self._batch_size]))
             for i in range(0, len(texts), self._batch_size)
@@ -69,4 +70,5 @@ class OpenAIEmbedder:
         return result
 
     def close(self) -> None:
+        """Close the HTTP client."""
         self._client.close()

@@ -1,0 +1,25 @@
+"""The README's Python examples run, and its two opening commands stay as documented."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_python_examples_run() -> None:
+    blocks = _blocks("python")
+    assert blocks, "README has no python example"
+    for block in blocks:
+        exec(compile(block, str(README), "exec"), {"__name__": "readme"})
+
+
+def test_readme_opens_with_the_demo_and_the_test_commands() -> None:
+    first, second = _blocks("bash")[:2]
+    assert "pip install -e ." in first and first.strip().endswith("chatmem demo")
+    assert "pip install -e '.[dev]'" in second and second.strip().endswith("pytest")
