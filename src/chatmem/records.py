@@ -29,6 +29,7 @@ JsonScalar = str | int | float | bool | None
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 NonEmpty = Annotated[str, Field(min_length=1, max_length=256)]
 
+_JSON_OBJECT: pydantic.TypeAdapter[dict[str, Any]] = pydantic.TypeAdapter(dict[str, Any])
 _METADATA_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -207,7 +208,7 @@ class MemoryRecord(_Checked):
         for key in value:
             if not _METADATA_KEY.match(key):
                 raise ValueError(f"metadata key {key!r} must match {_METADATA_KEY.pattern}")
-        if len(pydantic.TypeAdapter(dict[str, Any]).dump_json(value)) > MAX_METADATA_CHARS:
+        if len(_JSON_OBJECT.dump_json(value)) > MAX_METADATA_CHARS:
             raise ValueError(f"metadata is larger than {MAX_METADATA_CHARS} characters")
         return value
 
