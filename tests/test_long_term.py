@@ -85,7 +85,9 @@ def test_chat_messages_become_episodic_memories_with_context(memory: LongTermMem
         "role": "assistant",
         "name": "guide",
     }
-    assert second.context is not None and "Where should I go in March?" in second.context
+    assert second.context is not None and second.context.speaker == "guide"
+    assert second.context.before == "user: Where should I go in March?"
+    assert first.context is not None and first.context.after == "guide: Try Lisbon."
     assert memory.get(second.id, user_id="u") == second
 
 

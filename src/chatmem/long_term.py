@@ -16,6 +16,7 @@ import numpy as np
 import pydantic
 
 from chatmem import ranking
+from chatmem import text as textlib
 from chatmem.embeddings import Embedder, LocalEmbedder
 from chatmem.errors import ImportFormatError, NotFoundError, ValidationError
 from chatmem.records import (
@@ -41,9 +42,11 @@ R = TypeVar("R")
 
 #: Message roles accepted by ``add``.
 ROLES = frozenset({"user", "assistant", "system", "tool"})
-#: How many previous messages of the same ``add`` call give a message its context.
+#: How many messages before and after, in the same ``add`` call, give a message its context.
 DEFAULT_CONTEXT_WINDOW = 1
 EXPORT_FORMAT = "chatmem.export/1"
+#: A neighbouring message is cut to this many characters when it serves as context.
+MAX_CONTEXT_CHARS = 2_000
 
 MessageLike = str | Mapping[str, Any]
 
@@ -101,8 +104,8 @@ class LongTermMemory:
         """Store a text, or each message of a chat, as raw memories; returns the records.
 
         A plain text becomes a semantic memory; chat messages become episodic memories, one
-        per message, each indexed with the message before it as context. The whole call is
-        one atomic write.
+        per message, each indexed with its speaker, the day it was said and its neighbouring
+        messages as context. The whole call is one atomic write.
         """
         items = [messages] if isinstance(messages, str | Mapping) else list(messages)
         if not items:
@@ -116,9 +119,10 @@ class LongTermMemory:
         }
         Filter.checked(base)  # names a bad id as itself, not as a field of every message
         extras = {"importance": importance, "tags": tags}
+        said = [_message(item, f"messages[{i}]") for i, item in enumerate(items)]
         records = [
-            self._record_from(item, index, items, base, metadata, type, extras)
-            for index, item in enumerate(items)
+            self._record_from(said, index, base, metadata, type, extras)
+            for index in range(len(said))
         ]
         return self.add_records(records)
 
@@ -126,29 +130,26 @@ class LongTermMemory:
         """Store fully formed records (embedded here) in one atomic write."""
         if not records:
             return []
-        vectors = self.embedder.embed([index_text(r) for r in records])
+        vectors = self.embedder.embed([textlib.embedding_text(r) for r in records])
         stamped = [r.model_copy(update={"embedding": self._embedding}) for r in records]
         self.store.put([Entry(r, v) for r, v in zip(stamped, vectors, strict=True)])
         return stamped
 
     def _record_from(
         self,
-        item: MessageLike,
+        said: Sequence[_Message],
         index: int,
-        items: Sequence[MessageLike],
         base: Mapping[str, Any],
         metadata: Mapping[str, Any] | None,
         memory_type: MemoryType | None,
         extras: Mapping[str, Any],
     ) -> MemoryRecord:
-        field = f"messages[{index}]"
-        message = _message(item, field)
+        message = said[index]
         user_metadata = {**(metadata or {}), **message.metadata}
         if message.role is not None:
             user_metadata.setdefault("role", message.role)
         if message.name is not None:
             user_metadata.setdefault("name", message.name)
-        earlier = [_message(m, "") for m in items[max(0, index - self.context_window) : index]]
         meta: dict[str, Any] = {"source": message.source}
         meta.update({k: v for k, v in extras.items() if v is not None})
         created = message.timestamp or utcnow()
@@ -161,11 +162,22 @@ class LongTermMemory:
             "time": {"created_at": created, "updated_at": created},
             "provenance": [message.id] if message.id else [],
             "user_metadata": user_metadata,
-            "context": "\n".join(m.spoken() for m in earlier) or None,
+            "context": self._context(said, index),
         }
-        if message.name is not None:
-            fields["context"] = "\n".join(filter(None, [fields["context"], message.name]))
-        return MemoryRecord.checked(fields, field)
+        return MemoryRecord.checked(fields, f"messages[{index}]")
+
+    def _context(self, said: Sequence[_Message], index: int) -> dict[str, Any] | None:
+        """A chat message's speaker and neighbours in the same call; None for plain text."""
+        message = said[index]
+        if message.role is None:
+            return None
+        earlier = said[max(0, index - self.context_window) : index]
+        later = said[index + 1 : index + 1 + self.context_window]
+        return {
+            "speaker": message.name or message.role,
+            "before": "\n".join(m.spoken() for m in earlier) or None,
+            "after": "\n".join(m.spoken() for m in later) or None,
+        }
 
     def update(
         self,
@@ -209,7 +221,7 @@ class LongTermMemory:
         )
         vector = None
         if text is not None and text != old.content.raw:
-            vector = self.embedder.embed([index_text(new)])[0]
+            vector = self.embedder.embed([textlib.embedding_text(new)])[0]
         self.store.update([Change(new, vector, old.metadata.version, reason)])
         return new
 
@@ -259,7 +271,18 @@ class LongTermMemory:
                 candidates=max(self.ranking.candidates, k),
             )
         )
-        return ranking.select(ranking.fuse(candidates, self.ranking), k, threshold)
+        best = ranking.select(ranking.fuse(candidates, self.ranking), k, threshold)
+        records = {r.id: r for r in self.store.get([s.id for s in best], scope)}
+        return [
+            SearchResult(
+                record=records[s.id],
+                score=s.score,
+                vector_score=s.vector_score,
+                keyword_score=s.keyword_score,
+            )
+            for s in best
+            if s.id in records
+        ]
 
     def get(
         self, memory_id: str, *, tenant_id: str = "default", user_id: str | None = None
@@ -317,7 +340,7 @@ class LongTermMemory:
 
         missing = [i for i, (_, v) in enumerate(entries) if v is None]
         if missing:
-            fresh = self.embedder.embed([index_text(entries[i][0]) for i in missing])
+            fresh = self.embedder.embed([textlib.embedding_text(entries[i][0]) for i in missing])
             for i, vector in zip(missing, fresh, strict=True):
                 entries[i] = (entries[i][0], vector)
         ready = [
@@ -352,13 +375,6 @@ class LongTermMemory:
         return Filter.checked({"tenant_id": tenant_id, "user_id": user_id, **narrow}, "filter")
 
 
-def index_text(record: MemoryRecord) -> str:
-    """The text a memory is embedded from: its context, then its own text."""
-    if record.context:
-        return f"{record.context}\n{record.content.raw}"
-    return record.content.raw
-
-
 class _Message:
     __slots__ = ("role", "content", "name", "id", "timestamp", "metadata", "source")
 
@@ -382,8 +398,10 @@ class _Message:
         )
 
     def spoken(self) -> str:
+        """``"<speaker>: <text>"``, cut to ``MAX_CONTEXT_CHARS`` (it is context, not content)."""
         speaker = self.name or self.role
-        return f"{speaker}: {self.content}" if speaker else self.content
+        text = f"{speaker}: {self.content}" if speaker else self.content
+        return text[:MAX_CONTEXT_CHARS]
 
 
 def _message(item: MessageLike, field: str) -> _Message:

@@ -89,6 +89,15 @@ def from_ms(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
+def _to_utc_ms(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    value = value.astimezone(UTC)
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -153,12 +162,7 @@ class TimeInfo(_Model):
     @field_validator("created_at", "updated_at", "last_accessed", "valid_from", "valid_to")
     @classmethod
     def _aware_ms(cls, value: datetime | None) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        value = value.astimezone(UTC)
-        return value.replace(microsecond=value.microsecond // 1000 * 1000)
+        return _to_utc_ms(value)
 
     @model_validator(mode="after")
     def _valid_interval(self) -> TimeInfo:
@@ -176,6 +180,15 @@ class AccessControl(_Model):
     visibility: Scope = Scope.PRIVATE
     allowed_users: list[NonEmpty] = Field(default_factory=list)
     allowed_roles: list[NonEmpty] = Field(default_factory=list)
+
+
+class Context(_Model):
+    """How a memory was said, indexed for retrieval beside its text but never shown as it:
+    who said it, and the messages just before and after it in the conversation."""
+
+    speaker: str | None = Field(default=None, max_length=256)
+    before: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    after: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
 
 
 class MemoryRecord(_Checked):
@@ -198,9 +211,8 @@ class MemoryRecord(_Checked):
     access_control: AccessControl = Field(default_factory=AccessControl)
     provenance: list[NonEmpty] = Field(default_factory=list)
     user_metadata: dict[str, Any] = Field(default_factory=dict)
-    #: Text that gives the memory its context (e.g. the previous turn of the conversation).
-    #: Indexed for retrieval beside ``content.raw``; never shown as the memory itself.
-    context: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    #: Where the memory was said (speaker, neighbouring messages), for retrieval only.
+    context: Context | None = None
 
     @field_validator("user_metadata")
     @classmethod
@@ -250,10 +262,9 @@ class Filter(_Checked):
 
     @field_validator("created_after", "created_before", "valid_at")
     @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
+    def _aware_ms(cls, value: datetime | None) -> datetime | None:
+        """UTC, whole milliseconds: the precision every backend stores times at."""
+        return _to_utc_ms(value)
 
     def require_user(self) -> str:
         """The user id; a ValidationError when the filter names none."""
@@ -293,18 +304,17 @@ class Entry(NamedTuple):
     vector: Vector
 
 
-class Hit(NamedTuple):
-    """One candidate from one half of a store search. ``score``: higher is better."""
+class Candidate(NamedTuple):
+    """One memory a store search found, with the scores the store computed for it.
 
-    record: MemoryRecord
-    score: float
+    ``vector_score`` is the cosine similarity to the query vector; when the query has a
+    vector, every candidate carries one (keyword-only finds too). ``keyword_score`` is the
+    BM25 score (higher is better) for the keyword half's finds, else None.
+    """
 
-
-class Candidates(NamedTuple):
-    """What a store returns for a search: the vector half and the keyword half, each ranked."""
-
-    vector: list[Hit]
-    keyword: list[Hit]
+    id: str
+    vector_score: float | None
+    keyword_score: float | None
 
 
 class SearchResult(BaseModel):

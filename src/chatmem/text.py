@@ -1,8 +1,22 @@
-"""Text analysis shared by the keyword half of every store: terms of a query."""
+"""Text analysis shared by every store: what a memory is indexed as, and a query's terms.
+
+A memory said in a conversation (it has a ``Context``) is indexed as
+
+- ``text``: ``"<speaker>: <text>"`` (plus its summary);
+- ``before`` / ``after``: the neighbouring messages, ``"<speaker>: <text>"``;
+- ``when``: the day it was said, in words ("8 May 2023");
+
+and embedded as ``"[<when>] <speaker>: <text>"``. A plain fact is indexed and embedded as its
+text alone. On LoCoMo each of these lifted evidence recall (docs/benchmarks.md).
+"""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime
+from typing import NamedTuple
+
+from chatmem.records import MemoryRecord
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 
@@ -193,3 +207,38 @@ def query_terms(text: str) -> list[str]:
 def fts5_any(terms: list[str]) -> str:
     """An FTS5 expression matching documents with any of ``terms`` (each quoted)."""
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+class IndexFields(NamedTuple):
+    """The texts a store's keyword index holds for one memory."""
+
+    text: str
+    before: str
+    after: str
+    when: str
+
+
+def said_on(moment: datetime) -> str:
+    """A day in words: ``8 May 2023``."""
+    return f"{moment.day} {moment:%B} {moment.year}"
+
+
+def index_fields(record: MemoryRecord) -> IndexFields:
+    """What the keyword half indexes for ``record`` (see the module docstring)."""
+    text = record.content.raw
+    if record.content.summary:
+        text = f"{text}\n{record.content.summary}"
+    context = record.context
+    if context is None:
+        return IndexFields(text, "", "", "")
+    if context.speaker:
+        text = f"{context.speaker}: {text}"
+    return IndexFields(
+        text, context.before or "", context.after or "", said_on(record.time.created_at)
+    )
+
+
+def embedding_text(record: MemoryRecord) -> str:
+    """What the embedder embeds for ``record``."""
+    fields = index_fields(record)
+    return f"[{fields.when}] {fields.text}" if fields.when else fields.text

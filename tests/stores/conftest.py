@@ -32,10 +32,8 @@ def _milvus(path: Path) -> MemoryStore:
 BACKENDS: dict[str, StoreFactory] = {"sqlite": _sqlite, "milvus": _milvus}
 
 
-@pytest.fixture(scope="module", params=sorted(BACKENDS))
+@pytest.fixture(scope="module", params=[pytest.param("milvus", marks=pytest.mark.milvus), "sqlite"])
 def backend(request: pytest.FixtureRequest) -> str:
-    if request.param == "milvus":
-        request.applymarker(pytest.mark.milvus)
     return str(request.param)
 
 

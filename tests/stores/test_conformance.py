@@ -85,7 +85,7 @@ def test_put_then_get_round_trips_every_field(store: MemoryStore, tenant: str) -
         },
         provenance=["msg-1", "msg-2"],
         user_metadata={"dia_id": "D1:3", "nested": {"a": [1, 2.5, None, True]}, "n": 3},
-        context="previous turn",
+        context={"speaker": "Alice", "before": "Bob: previous turn", "after": None},
         embedding=EMBEDDING,
     )
     put(store, (original, unit(1)))
@@ -151,11 +151,11 @@ def test_vector_search_ranks_by_cosine_within_one_user(store: MemoryStore, tenan
     found = store.search(
         SearchQuery(Filter(tenant_id=tenant, user_id="alice"), vector=unit(1), candidates=10)
     )
-    assert [h.record.id for h in found.vector] == [near.id, middle.id, far.id]
-    scores = [h.score for h in found.vector]
-    assert scores == sorted(scores, reverse=True)
-    assert scores[0] == pytest.approx(float(unit(1) @ unit(1, 0.1)), abs=1e-4)
-    assert scores[2] == pytest.approx(0.0, abs=1e-4)
+    ranked = sorted(found, key=lambda c: -(c.vector_score or 0))
+    assert [c.id for c in ranked] == [near.id, middle.id, far.id]
+    assert all(c.keyword_score is None for c in found)
+    assert ranked[0].vector_score == pytest.approx(float(unit(1) @ unit(1, 0.1)), abs=1e-4)
+    assert ranked[2].vector_score == pytest.approx(0.0, abs=1e-4)
 
 
 def test_vector_search_returns_at_most_the_candidates_asked(
@@ -165,7 +165,8 @@ def test_vector_search_returns_at_most_the_candidates_asked(
     found = store.search(
         SearchQuery(Filter(tenant_id=tenant, user_id="u"), vector=unit(1), candidates=5)
     )
-    assert len(found.vector) == 5
+    assert len(found) == 5
+    assert min(c.vector_score or 0 for c in found) >= float(unit(1) @ unit(1, 0.4)) - 1e-4
 
 
 def test_keyword_search_matches_stemmed_words_of_one_user(store: MemoryStore, tenant: str) -> None:
@@ -180,15 +181,31 @@ def test_keyword_search_matches_stemmed_words_of_one_user(store: MemoryStore, te
     found = store.search(
         SearchQuery(Filter(tenant_id=tenant, user_id="alice"), text="Where does she hike?")
     )
-    assert [h.record.id for h in found.keyword] == [hiking.id]
-    assert found.keyword[0].score > 0
-    assert found.vector == []
+    assert [c.id for c in found] == [hiking.id]
+    assert found[0].keyword_score is not None and found[0].keyword_score > 0
+    assert found[0].vector_score is None
+
+
+def test_keyword_finds_carry_their_cosine_too(store: MemoryStore, tenant: str) -> None:
+    if not store.capabilities.keyword_search:
+        pytest.skip("backend has no keyword search")
+    put(store, *[(record(tenant, "u", f"filler {i}"), unit(1, i / 100)) for i in range(6)])
+    (worded,) = put(store, (record(tenant, "u", "a note about kayaking"), unit(0, 0, 1)))
+    found = store.search(
+        SearchQuery(
+            Filter(tenant_id=tenant, user_id="u"), vector=unit(1), text="kayaking", candidates=3
+        )
+    )
+    by_id = {c.id: c for c in found}
+    assert len(found) == 4 and by_id[worded.id].keyword_score is not None
+    assert by_id[worded.id].vector_score == pytest.approx(0.0, abs=1e-4)
+    assert all(c.vector_score is not None for c in found)
 
 
 def test_keyword_search_with_only_stop_words_finds_nothing(store: MemoryStore, tenant: str) -> None:
     put(store, (record(tenant, "u", "what is it"), unit(1)))
     found = store.search(SearchQuery(Filter(tenant_id=tenant, user_id="u"), text="what is it?"))
-    assert found.keyword == []
+    assert found == []
 
 
 def test_keyword_search_survives_query_syntax(store: MemoryStore, tenant: str) -> None:
@@ -198,7 +215,7 @@ def test_keyword_search_survives_query_syntax(store: MemoryStore, tenant: str) -
     found = store.search(
         SearchQuery(Filter(tenant_id=tenant, user_id="u"), text='"NEAR" AND OR (x) * ^ -')
     )
-    assert [h.record.id for h in found.keyword] == [quoted.id]
+    assert [c.id for c in found] == [quoted.id]
 
 
 def test_search_without_a_user_is_refused(store: MemoryStore, tenant: str) -> None:
@@ -271,9 +288,10 @@ def test_filters_agree_with_the_reference_semantics(
     assert {r.id for r in store.list(scope, limit=100).records} == expected
     assert store.count(scope) == len(expected)
     found = store.search(SearchQuery(scope, vector=unit(1), text="gardening", candidates=50))
-    assert {h.record.id for h in found.vector} == expected
+    assert {c.id for c in found} == expected
+    assert all(c.vector_score is not None for c in found)
     if store.capabilities.keyword_search:
-        assert {h.record.id for h in found.keyword} == expected
+        assert {c.id for c in found if c.keyword_score is not None} == expected
 
 
 # -- update, delete, history ------------------------------------------------------------------
@@ -299,7 +317,7 @@ def test_update_replaces_the_record_and_keeps_history(store: MemoryStore, tenant
     assert history[1].old == old and history[1].new == new
     assert history[1].reason == "user corrected it"
     found = store.search(SearchQuery(Filter(tenant_id=tenant, user_id="u"), vector=unit(0, 1)))
-    assert found.vector[0].score == pytest.approx(1.0, abs=1e-4)
+    assert found[0].vector_score == pytest.approx(1.0, abs=1e-4)
 
 
 def test_update_with_a_stale_version_conflicts(store: MemoryStore, tenant: str) -> None:
@@ -345,7 +363,7 @@ def test_delete_by_filter_removes_only_what_matches(store: MemoryStore, tenant: 
     history = store.history(a1.id, Filter(tenant_id=tenant))
     assert history[-1].event == HistoryEvent.DELETE and history[-1].reason == "ended"
     found = store.search(SearchQuery(Filter(tenant_id=tenant, user_id="alice"), vector=unit(1)))
-    assert [h.record.id for h in found.vector] == [a2.id]
+    assert [c.id for c in found] == [a2.id]
 
 
 def test_delete_a_whole_tenant_leaves_other_tenants(store: MemoryStore, tenant: str) -> None:
@@ -431,3 +449,14 @@ def test_reopened_store_keeps_data_and_refuses_another_embedding(
             again.bind_embedding(EmbeddingInfo(model=EMBEDDING.model, dimension=DIM * 2))
     finally:
         again.close()
+
+
+def test_sub_millisecond_bounds_agree_with_the_reference(store: MemoryStore, tenant: str) -> None:
+    (made,) = put(
+        store, (record(tenant, "u", "x", time={"created_at": T0, "updated_at": T0}), unit(1))
+    )
+    for bound in (T0 + timedelta(microseconds=500), T0 - timedelta(microseconds=500)):
+        for field in ("created_after", "created_before"):
+            scope = Filter(tenant_id=tenant, user_id="u", **{field: bound})
+            expected = [made.id] if scope.matches(made) else []
+            assert ids(store.list(scope).records) == expected, (field, bound)

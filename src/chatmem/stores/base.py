@@ -1,8 +1,8 @@
 """The one store interface (SPEC B5). Retrieval and write logic never see a backend.
 
 A store keeps records, their vectors and their version history. It answers a search with
-two ranked candidate lists (vector and keyword); fusing them is the ranking layer's job, so
-every backend ranks the same way.
+candidates and their raw scores (cosine similarity, BM25); fusing them is the ranking layer's
+job, so every backend ranks the same way.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from chatmem.records import (
-    Candidates,
+    Candidate,
     EmbeddingInfo,
     Entry,
     Filter,
@@ -85,8 +85,10 @@ class MemoryStore(ABC):
         """The stored vectors of these ids (for export)."""
 
     @abstractmethod
-    def search(self, query: SearchQuery) -> Candidates:
-        """Vector and keyword candidates within ``query.filter`` (which names a user)."""
+    def search(self, query: SearchQuery) -> builtins.list[Candidate]:
+        """Candidates within ``query.filter`` (which must name a user): the nearest
+        ``candidates`` by vector and the best ``candidates`` by keywords, each with its cosine
+        similarity when the query has a vector (see ``Candidate``)."""
 
     @abstractmethod
     def update(self, changes: Sequence[Change]) -> None:

@@ -2,7 +2,8 @@
 
 The same client code runs against both. A uri ending in ``.db``, or any other local path,
 opens Milvus Lite, an in-process server over a data directory that only one process may open
-at a time. ``http(s)://host:19530`` (or ``tcp://``, ``unix:``) connects to a server.
+at a time (closing the last store on it in this process lets another process open it).
+``http(s)://host:19530`` (or ``tcp://``, ``unix:``) connects to a server.
 
 Layout (``<prefix>`` defaults to ``chatmem``):
 
@@ -29,9 +30,10 @@ What Milvus lacks, and what this store does instead:
 - **Conditional writes.** Version checks (update) and the duplicate-id check (put) read, then
   write. A lock makes that safe between threads of one process; several processes writing the
   same user's memories on one server can still race.
-- **ORDER BY.** ``list`` reads the ids and creation times of every matching record after the
-  cursor, sorts them here, and then reads the bodies of one page: a page costs O(matching
-  records), which is fine per user and slow for a tenant-wide listing of millions.
+- **ORDER BY.** ``list`` (oldest first, ties by id) reads the ids and creation times of every
+  matching record after the cursor, sorts them here, and then reads the bodies of one page: a
+  page costs O(matching records), fine per user, slow for a tenant-wide listing of millions.
+  Reads past Milvus' 16,384-row query window go through a query iterator.
 - **JSON equality with Python's semantics.** ``Filter.metadata`` compares like Python
   (``True == 1 == 1.0``, a missing key equals None). Each record therefore stores canonical
   ``key=value`` terms of its metadata in an ARRAY field, and a filter tests them with
@@ -40,15 +42,17 @@ What Milvus lacks, and what this store does instead:
   zlib-compressed; one that is still too large is refused (ValidationError). The keyword text is
   cut at that size.
 
-Full-text search works on Milvus Lite 3.x, with differences from a server: Lite's analyzer
-has no stemmer (the stemmer filter configured here applies on a server only), it scores BM25
-per segment, and it reports ``-score`` as the distance where a server reports the score.
-Keyword hits carry the BM25 score, higher is better, on both.
+Full-text search works on Milvus Lite 3.x: ``text`` feeds a BM25 function, searched with the
+query's terms. Lite's analyzer has no stemmer, so the text is analysed here (chatmem.text's
+words and stop words, Porter stems) and Milvus only splits it, on Lite and server alike.
+Lite scores BM25 per segment and reports ``-score`` as the distance where a server reports the
+score; keyword hits carry the BM25 score, higher is better, on both.
 """
 
 from __future__ import annotations
 
 import base64
+import builtins
 import hashlib
 import importlib
 import json
@@ -77,13 +81,12 @@ from chatmem.errors import (
     ValidationError,
 )
 from chatmem.records import (
-    Candidates,
+    Candidate,
     EmbeddingInfo,
     Entry,
     Filter,
     HistoryEntry,
     HistoryEvent,
-    Hit,
     MemoryRecord,
     Page,
     Vector,
@@ -127,16 +130,11 @@ _MS = timedelta(milliseconds=1)
 _PREFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
 _SERVER_SCHEMES = ("http://", "https://", "tcp://", "unix:")
 
-#: The keyword analyzer. Milvus Lite honours the tokenizer, lowercasing and stop words and
-#: ignores the stemmer; a server applies all of it.
-ANALYZER: dict[str, Any] = {
-    "tokenizer": "standard",
-    "filter": [
-        "lowercase",
-        {"type": "stop", "stop_words": sorted(textlib.STOP_WORDS)},
-        {"type": "stemmer", "language": "english"},
-    ],
-}
+#: Milvus' analyzer for the keyword text. The text is analysed here first (words of
+#: chatmem.text, stop words dropped, Porter stems), so Milvus Lite (which has no stemmer) and
+#: a server index the same terms, and terms that SQLite's FTS5 porter tokenizer would match.
+ANALYZER: dict[str, Any] = {"tokenizer": "standard", "filter": ["lowercase"]}
+STEMMER = "porter"
 
 _MEMORY_FIELDS = ["id", "body"]
 _HISTORY_FIELDS = ["id", "seq", "memory_id", "version", "event", "old", "new", "reason", "at"]
@@ -303,9 +301,37 @@ def _truncate_utf8(text: str, limit: int) -> str:
     return data[:limit].decode("utf-8", "ignore")
 
 
-def _keyword_text(record: MemoryRecord) -> str:
-    parts = [record.content.raw, record.content.summary, record.context]
-    return _truncate_utf8("\n".join(p for p in parts if p), MAX_VARCHAR_BYTES)
+def _load_stemmer() -> Any:
+    try:
+        return importlib.import_module("snowballstemmer")
+    except ImportError as exc:
+        raise ConfigError(
+            "the Milvus store needs snowballstemmer: pip install 'chatmem[milvus]'"
+        ) from exc
+
+
+def _stem(words: Sequence[str]) -> list[str]:
+    # A stemmer object keeps state between words: one per call keeps this thread-safe.
+    stems: list[str] = _load_stemmer().stemmer(STEMMER).stemWords(list(words))
+    return stems
+
+
+def keyword_document(record: MemoryRecord) -> str:
+    """The terms of ``text.index_fields(record)``, as the BM25 function indexes them.
+
+    Milvus has one BM25 field, so the fields are not weighted apart as SQLite's columns are.
+    """
+    words = [
+        w
+        for w in textlib.words("\n".join(textlib.index_fields(record)))
+        if w not in textlib.STOP_WORDS
+    ]
+    return _truncate_utf8(" ".join(_stem(words)), MAX_VARCHAR_BYTES)
+
+
+def keyword_query(text: str) -> str:
+    """The terms of a keyword query, analysed like a record's; "" when it has none."""
+    return " ".join(dict.fromkeys(_stem(textlib.query_terms(text))))
 
 
 def _sort_key(record: MemoryRecord) -> tuple[int, str]:
@@ -397,6 +423,7 @@ class MilvusStore(MemoryStore):
                 f"collection prefix {collection_prefix!r} must match {_PREFIX.pattern}"
             )
         self._pm = _load_pymilvus()
+        _load_stemmer()  # fail at open, not at the first write
         self._rpc_error: type[BaseException] = importlib.import_module("grpc").RpcError
         self.uri, self._lite_path = _resolve_uri(uri)
         self.capabilities = Capabilities(keyword_search=True, multi_process=self._lite_path is None)
@@ -407,6 +434,7 @@ class MilvusStore(MemoryStore):
         self._lock = threading.RLock()
         self._last_seq = 0
         self._closed = False
+        self._memories_exist = False
         self._client = self._connect(token, db_name)
         try:
             self._embedding = self._prepare()
@@ -421,9 +449,11 @@ class MilvusStore(MemoryStore):
             return self._pm.MilvusClient(
                 uri=self.uri, token=token or "", db_name=db_name or "", timeout=self._timeout
             )
-        except self._pm.MilvusException as exc:
+        except BaseException as exc:
             if self._lite_path is not None:
                 _LITE_SERVERS.release(self._lite_path)
+            if not isinstance(exc, self._pm.MilvusException):
+                raise
             hint = " (is another process using it?)" if self._lite_path is not None else ""
             raise StoreUnavailableError(
                 f"cannot open Milvus at {self.uri!r}{hint}: {exc.message}"
@@ -433,15 +463,25 @@ class MilvusStore(MemoryStore):
         """Call pymilvus, translating its errors into chatmem's."""
         if self._closed:
             raise StoreError("store is closed")
-        try:
+        with self._translating():
             return method(*args, timeout=self._timeout, **kwargs)
+
+    @contextmanager
+    def _translating(self) -> Iterator[None]:
+        try:
+            yield
         except self._pm.MilvusException as exc:
             raise self._translate(exc) from exc
         except self._rpc_error as exc:
             raise StoreUnavailableError(f"Milvus at {self.uri!r} is unreachable: {exc}") from exc
 
     def _translate(self, exc: Any) -> StoreError:
-        unavailable = (self._pm.MilvusUnavailableException, self._pm.ConnectionNotExistException)
+        errors = self._pm.exceptions
+        unavailable = (
+            errors.MilvusUnavailableException,
+            errors.ConnectError,
+            errors.ConnectionNotExistException,
+        )
         # Status code 2 is pymilvus' CONNECT_FAILED.
         if isinstance(exc, unavailable) or exc.code == 2:
             return StoreUnavailableError(f"Milvus at {self.uri!r} is unavailable: {exc.message}")
@@ -467,6 +507,12 @@ class MilvusStore(MemoryStore):
                 self._check_dimension(embedding)
         return embedding
 
+    def _has_memories(self) -> bool:
+        """Whether records can exist yet: the collection is made when a model is bound."""
+        if not self._memories_exist:
+            self._memories_exist = self._has(self._memories)
+        return self._memories_exist
+
     def _has(self, collection: str) -> bool:
         return bool(self._call(self._client.has_collection, collection))
 
@@ -476,21 +522,22 @@ class MilvusStore(MemoryStore):
     def _ensure_collection(
         self, name: str, schema: Callable[[], Any], index: Callable[[], Any]
     ) -> None:
-        if self._has(name):
-            self._load(name)
-            return
-        try:
-            self._call(
-                self._client.create_collection,
-                name,
-                schema=schema(),
-                index_params=index(),
-                consistency_level="Strong",
-            )
-        except StoreError:
-            if not self._has(name):  # Not created by another process meanwhile: a real error.
-                raise
-            self._load(name)
+        if not self._has(name):
+            try:
+                self._call(
+                    self._client.create_collection,
+                    name,
+                    schema=schema(),
+                    consistency_level="Strong",
+                )
+            except StoreError:
+                if not self._has(name):  # Not created by another process meanwhile.
+                    raise
+            else:
+                # pymilvus polls a synchronous index build every 0.5 s; the collection is
+                # empty, so the build is immediate and loading waits for it anyway.
+                self._call(self._client.create_index, name, index(), sync=False)
+        self._load(name)
 
     def _new_schema(self) -> Any:
         return self._pm.MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
@@ -687,7 +734,7 @@ class MilvusStore(MemoryStore):
             "user_metadata": metadata,
             "meta_terms": terms,
             "body": _pack(document, "record"),
-            "text": _keyword_text(record),
+            "text": keyword_document(record),
             "embedding": [float(x) for x in vector],
         }
 
@@ -853,7 +900,7 @@ class MilvusStore(MemoryStore):
 
     def delete(self, scope: Filter, reason: str | None = None) -> list[str]:
         with self._writing():
-            if not self._has(self._memories):
+            if not self._has_memories():
                 return []
             rows = self._scan(self._memories, filter_expression(scope), _MEMORY_FIELDS)
             records = sorted(
@@ -900,8 +947,9 @@ class MilvusStore(MemoryStore):
         )
         everything: list[dict[str, Any]] = []
         try:
-            while batch := self._call(iterator.next):
-                everything.extend(batch)
+            with self._translating():
+                while batch := iterator.next():
+                    everything.extend(batch)
         finally:
             iterator.close()
         return everything
@@ -913,7 +961,7 @@ class MilvusStore(MemoryStore):
         return {record.id: record for record in records if scope.matches(record)}
 
     def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
-        if not ids or not self._has(self._memories):
+        if not ids or not self._has_memories():
             return []
         found: dict[str, MemoryRecord] = {}
         for chunk in _chunks(sorted(set(ids))):
@@ -922,7 +970,7 @@ class MilvusStore(MemoryStore):
         return [found[i] for i in ids if i in found]
 
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
-        if not ids or not self._has(self._memories):
+        if not ids or not self._has_memories():
             return {}
         found: dict[str, Vector] = {}
         for chunk in _chunks(sorted(set(ids))):
@@ -936,7 +984,7 @@ class MilvusStore(MemoryStore):
         return found
 
     def count(self, scope: Filter) -> int:
-        if not self._has(self._memories):
+        if not self._has_memories():
             return 0
         rows = self._call(
             self._client.query,
@@ -971,71 +1019,57 @@ class MilvusStore(MemoryStore):
 
     # -- search ----------------------------------------------------------------------------
 
-    def search(self, query: SearchQuery) -> Candidates:
+    def search(self, query: SearchQuery) -> builtins.list[Candidate]:
         query.filter.require_user()
-        use_vector = query.vector is not None and self._embedding is not None
-        if use_vector:
-            assert query.vector is not None
-            self._check_vector(query.vector)
-        if query.candidates < 1 or not self._has(self._memories):
-            return Candidates([], [])
+        vector = query.vector if self._embedding is not None else None
+        if vector is not None:
+            self._check_vector(vector)
+        if query.candidates < 1 or not self._has_memories():
+            return []
         expression = filter_expression(query.filter)
         limit = min(query.candidates, QUERY_WINDOW)
-        vector_hits: list[Hit] = []
-        keyword_hits: list[Hit] = []
-        if use_vector:
-            assert query.vector is not None
+        cosine: dict[str, float] = {}
+        keyword: dict[str, float] = {}
+        if vector is not None:
             params: dict[str, Any] = {"metric_type": "COSINE"}
             if self._lite_path is None:
                 params["params"] = {"ef": max(limit, HNSW_MIN_EF)}
-            vector_hits = self._search(
-                query.filter,
-                expression,
-                [float(x) for x in query.vector],
-                "embedding",
-                params,
-                limit,
+            cosine = self._search(
+                expression, [float(x) for x in vector], "embedding", params, limit
             )
-        terms = textlib.query_terms(query.text) if query.text else []
+        terms = keyword_query(query.text) if query.text else ""
         if terms:
-            keyword_hits = self._search(
-                query.filter,
-                expression,
-                " ".join(terms),
-                "sparse",
-                {"metric_type": "BM25"},
-                limit,
-            )
-        return Candidates(vector=vector_hits, keyword=keyword_hits)
+            keyword = self._search(expression, terms, "sparse", {"metric_type": "BM25"}, limit)
+        missing = sorted(set(keyword) - set(cosine))
+        if vector is not None and missing:
+            for memory_id, stored in self.vectors(missing, query.filter).items():
+                cosine[memory_id] = float(stored @ vector)
+        return [
+            Candidate(memory_id, cosine.get(memory_id), keyword.get(memory_id))
+            for memory_id in sorted(set(cosine) | set(keyword))
+        ]
 
     def _search(
-        self,
-        scope: Filter,
-        expression: str,
-        data: Any,
-        field: str,
-        params: dict[str, Any],
-        limit: int,
-    ) -> list[Hit]:
+        self, expression: str, data: Any, field: str, params: dict[str, Any], limit: int
+    ) -> dict[str, float]:
         results = self._call(
             self._client.search,
             self._memories,
             data=[data],
             filter=expression,
             limit=limit,
-            output_fields=["body"],
+            output_fields=["id"],
             search_params=params,
             anns_field=field,
             consistency_level="Strong",
         )
-        hits = []
-        for result in results[0]:
-            record = _record(result["entity"]["body"])
-            if scope.matches(record):
-                # COSINE: the similarity. BM25: a server gives the score, Lite its negation.
-                score = float(result["distance"])
-                hits.append(Hit(record, abs(score) if field == "sparse" else score))
-        return hits
+        # COSINE: the similarity. BM25: a server gives the score, Lite its negation.
+        return {
+            str(hit["id"]): abs(float(hit["distance"]))
+            if field == "sparse"
+            else float(hit["distance"])
+            for hit in results[0]
+        }
 
     # Defined last: inside the class body, ``list`` names this method from here on.
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
@@ -1048,7 +1082,7 @@ class MilvusStore(MemoryStore):
                 f" and (created_at > {created} or"
                 f" (created_at == {created} and id > {literal(last_id)}))"
             )
-        if not self._has(self._memories):
+        if not self._has_memories():
             return Page([], None)
         keys = sorted(
             (int(row["created_at"]), str(row["id"]))
