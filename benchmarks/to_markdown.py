@@ -1,0 +1,124 @@
+"""Render the JSON of ``locomo_retrieval.py --json`` as the Markdown tables of
+docs/benchmarks.md, so the published figures are exactly the measured ones.
+
+    python benchmarks/to_markdown.py bench-results/locomo.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+CATEGORIES = {
+    "1": "multi-hop",
+    "2": "temporal",
+    "3": "open-domain",
+    "4": "single-hop",
+    "5": "adversarial",
+}
+
+
+def _row(cells: list[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = [_row(header), _row(["---"] * len(header))]
+    lines += [_row(r) for r in rows]
+    return "\n".join(lines)
+
+
+def recall_table(systems: dict[str, dict[str, Any]]) -> str:
+    header = ["system", "R@5", "R@10", "R@20"] + [
+        f"R@10 {c} {name}" for c, name in CATEGORIES.items()
+    ]
+    rows = []
+    for name, s in systems.items():
+        by_category = s["recall@10_by_category"]
+        rows.append(
+            [name, f"{s['recall@5']:.3f}", f"**{s['recall@10']:.3f}**", f"{s['recall@20']:.3f}"]
+            + [f"{by_category[c]:.3f}" for c in CATEGORIES]
+        )
+    return _table(header, rows)
+
+
+def speed_table(systems: dict[str, dict[str, Any]]) -> str:
+    header = [
+        "system",
+        "add p50 ms",
+        "ingest turns/s",
+        "search p50 ms",
+        "search p95 ms",
+        "10k p50 ms",
+        "10k p95 ms",
+    ]
+    rows = [
+        [
+            name,
+            f"{s['add_p50_ms']:.2f}",
+            f"{s['ingest_per_s']:.0f}",
+            f"{s['search_p50_ms']:.2f}",
+            f"{s['search_p95_ms']:.2f}",
+            f"{s['search_p50_ms_10k']:.2f}",
+            f"{s['search_p95_ms_10k']:.2f}",
+        ]
+        for name, s in systems.items()
+    ]
+    return _table(header, rows)
+
+
+def ratio_table(systems: dict[str, dict[str, Any]]) -> str:
+    ours = systems["chatmem"]
+    header = [
+        "chatmem vs",
+        "R@10 difference",
+        "R@10 ratio",
+        "search p50 (x faster)",
+        "10k p50 (x faster)",
+        "10k p95 (x faster)",
+        "add p50 (x faster)",
+    ]
+    rows = []
+    for name, s in systems.items():
+        if name == "chatmem":
+            continue
+        rows.append(
+            [
+                name,
+                f"{ours['recall@10'] - s['recall@10']:+.3f}",
+                f"{ours['recall@10'] / s['recall@10']:.2f}",
+                f"{s['search_p50_ms'] / ours['search_p50_ms']:.2f}",
+                f"{s['search_p50_ms_10k'] / ours['search_p50_ms_10k']:.2f}",
+                f"{s['search_p95_ms_10k'] / ours['search_p95_ms_10k']:.2f}",
+                f"{s['add_p50_ms'] / ours['add_p50_ms']:.2f}",
+            ]
+        )
+    return _table(header, rows)
+
+
+def main() -> None:
+    data = json.loads(Path(sys.argv[1]).read_text())
+    systems = data["systems"]
+    print("### Recall of evidence turns (categories 1-4 together; by category at k=10)\n")
+    print(recall_table(systems))
+    print("\n### Speed\n")
+    print(speed_table(systems))
+    if "chatmem" in systems:
+        print("\n### chatmem against each baseline, same run\n")
+        print(ratio_table(systems))
+        alone = systems["chatmem"].get("info", {}).get("embedder_alone_per_s")
+        if alone:
+            share = systems["chatmem"]["ingest_per_s"] / alone
+            print(
+                f"\nchatmem ingest: {systems['chatmem']['ingest_per_s']:.0f} turns/s; the "
+                f"embedder alone on the same texts and calls: {alone:.0f} texts/s "
+                f"({share:.0%})."
+            )
+    meta = data.get("meta", {})
+    print(f"\nRun {meta.get('date')} on {meta.get('machine')}: `{meta.get('command')}`")
+
+
+if __name__ == "__main__":
+    main()
