@@ -107,3 +107,47 @@ def test_an_unreadable_path_is_a_store_error(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises(StoreError):
         SQLiteStore(blocker / "x.db")
+
+
+def _unit(*weights: float) -> np.ndarray:
+    vector = np.zeros(4, dtype=np.float32)
+    vector[: len(weights)] = weights
+    return (vector / np.linalg.norm(vector)).astype(np.float32)
+
+
+def _nearest(store: SQLiteStore, vector: np.ndarray, **narrow: object) -> list[tuple[str, float]]:
+    from chatmem.stores import SearchQuery
+
+    found = store.search(SearchQuery(Filter(user_id="u", **narrow), vector=vector, candidates=10))
+    ranked = sorted(found, key=lambda c: -(c.vector_score or 0))
+    return [(c.id, round(c.vector_score or 0, 4)) for c in ranked]
+
+
+@pytest.mark.parametrize("budget", [512 * 1024 * 1024, 1])
+def test_vector_cache_follows_writes_from_another_connection(tmp_path: Path, budget: int) -> None:
+    from chatmem.stores.base import Change
+
+    reader = SQLiteStore(tmp_path / "shared.db", vector_cache_bytes=budget)
+    writer = SQLiteStore(tmp_path / "shared.db")
+    for store in (reader, writer):
+        store.bind_embedding(EMBEDDING)
+    first = MemoryRecord(user_id="u", content={"raw": "first"})
+    writer.put([Entry(first, _unit(1))])
+    assert _nearest(reader, _unit(1)) == [(first.id, 1.0)]
+
+    second = MemoryRecord(user_id="u", content={"raw": "second"})
+    writer.put([Entry(second, _unit(0, 1))])  # an append: loaded incrementally
+    assert _nearest(reader, _unit(0, 1)) == [(second.id, 1.0), (first.id, 0.0)]
+
+    moved = first.model_copy(update={"metadata": first.metadata.model_copy(update={"version": 2})})
+    writer.update([Change(moved, _unit(0, 1), expected_version=1)])  # a changed vector
+    assert sorted(_nearest(reader, _unit(0, 1))) == sorted([(first.id, 1.0), (second.id, 1.0)])
+
+    writer.delete(Filter(user_id="u", ids=(second.id,)))
+    assert _nearest(reader, _unit(0, 1)) == [(first.id, 1.0)]
+    other = MemoryRecord(user_id="v", content={"raw": "another user"})
+    writer.put([Entry(other, _unit(0, 1))])
+    assert _nearest(reader, _unit(0, 1)) == [(first.id, 1.0)]
+    assert _nearest(reader, _unit(0, 1), ids=(other.id,)) == []
+    reader.close()
+    writer.close()

@@ -2,10 +2,9 @@
 
 Layout:
 - ``memories``: one row per record; filterable fields as columns, the full record as JSON.
-- ``memory_vec``: a vec0 table partitioned by tenant+user, so a user's KNN search reads only
-  that user's vectors (cosine distance).
-- ``memory_vectors``: the same vectors as plain blobs, for scoring a handful of rows by id
-  (vec0 scans a whole partition to answer ``rowid IN (...)``) and for export.
+- ``memory_vectors``: each record's vector (float32 blob). Searches score a user's vectors
+  in memory (``vector_cache``): one matrix product, exact, and kept in step with other
+  connections by ``user_versions``, which every write transaction bumps.
 - ``memory_fts``: FTS5 (porter stemming) over the fields of ``text.index_fields``, plus a
   per-user token column so a keyword search never scores another user's rows.
 - ``memory_history``: every add, update and delete, with the record before and after.
@@ -26,7 +25,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-import sqlite_vec
 
 from chatmem import text as textlib
 from chatmem.errors import (
@@ -53,6 +51,7 @@ from chatmem.records import (
     utcnow,
 )
 from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery
+from chatmem.stores.vector_cache import DEFAULT_BUDGET_BYTES, VectorCache
 
 try:  # The stdlib module of many Pythons cannot load extensions; pysqlite3 can.
     import pysqlite3.dbapi2 as sqlite3
@@ -67,14 +66,12 @@ WRITE_RETRY_SECONDS = 120.0
 #: FTS5 column weights (ukey, said, prev, nxt, day): the memory's own words count most, the
 #: messages around it less. Tuned on half of LoCoMo, checked on the other half.
 FTS_WEIGHTS = (0.0, 1.0, 0.5, 0.3, 1.0)
-#: sqlite-vec's largest k for one KNN query.
-MAX_KNN = 4096
 
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE chatmem_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     CREATE TABLE memories (
-        rowid INTEGER PRIMARY KEY,
+        rowid INTEGER PRIMARY KEY AUTOINCREMENT,
         id TEXT NOT NULL UNIQUE,
         tenant_id TEXT NOT NULL,
         user_id TEXT NOT NULL,
@@ -104,6 +101,13 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX history_by_memory ON memory_history (memory_id, seq);
     CREATE TABLE memory_vectors (rowid INTEGER PRIMARY KEY, embedding BLOB NOT NULL);
+    CREATE TABLE user_versions (
+        tenant_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        appended INTEGER NOT NULL DEFAULT 0,
+        changed INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (tenant_id, user_id)
+    );
     CREATE VIRTUAL TABLE memory_fts USING fts5(
         ukey, said, prev, nxt, day, tokenize = 'porter unicode61 remove_diacritics 2'
     );
@@ -121,6 +125,15 @@ def _user_token(tenant_id: str, user_id: str) -> str:
     return f"u{digest}"
 
 
+def _bump(conn: sqlite3.Connection, record: MemoryRecord, counter: str) -> None:
+    """Tell every reader's vector cache that this user's vectors moved on."""
+    conn.execute(
+        f"INSERT INTO user_versions (tenant_id, user_id, {counter}) VALUES (?, ?, 1)"
+        f" ON CONFLICT (tenant_id, user_id) DO UPDATE SET {counter} = {counter} + 1",
+        (record.tenant_id, record.user_id),
+    )
+
+
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     message = str(exc).lower()
     return "locked" in message or "busy" in message
@@ -128,12 +141,15 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
 
 def _where(scope: Filter, alias: str = "m") -> tuple[str, list[Any]]:
     """SQL conditions (over ``memories AS alias``) equivalent to ``Filter.matches``."""
-    conditions = [f"{alias}.tenant_id = ?"]
+    # With ids given, the unique index on id is the way in; a unary + keeps the planner
+    # from scanning a user's whole (tenant_id, user_id) index instead.
+    owner = "+" if scope.ids is not None else ""
+    conditions = [f"{owner}{alias}.tenant_id = ?"]
     params: list[Any] = [scope.tenant_id]
     for column in ("user_id", "agent_id", "project_id", "session_id"):
         value = getattr(scope, column)
         if value is not None:
-            conditions.append(f"{alias}.{column} = ?")
+            conditions.append(f"{owner}{alias}.{column} = ?")
             params.append(value)
     for column, values in (("id", scope.ids), ("type", scope.types), ("scope", scope.scopes)):
         if values is not None:
@@ -183,7 +199,13 @@ class SQLiteStore(MemoryStore):
 
     capabilities = Capabilities(keyword_search=True, multi_process=True)
 
-    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "NORMAL",
+        vector_cache_bytes: int = DEFAULT_BUDGET_BYTES,
+    ) -> None:
         self.path = str(path)
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValidationError("must be OFF, NORMAL, FULL or EXTRA", field="synchronous")
@@ -192,6 +214,7 @@ class SQLiteStore(MemoryStore):
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._closed = False
+        self._vector_cache = VectorCache(vector_cache_bytes)
         if self.path != ":memory:":
             try:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -215,9 +238,6 @@ class SQLiteStore(MemoryStore):
                 isolation_level=None,
                 check_same_thread=False,
             )
-            conn.enable_load_extension(True)
-            sqlite_vec.load(conn)
-            conn.enable_load_extension(False)
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
@@ -309,11 +329,6 @@ class SQLiteStore(MemoryStore):
             conn.execute(
                 "INSERT INTO chatmem_meta VALUES ('embedding', ?)", (info.model_dump_json(),)
             )
-            conn.execute(
-                "CREATE VIRTUAL TABLE memory_vec USING vec0("
-                f"user_key TEXT PARTITION KEY, embedding FLOAT[{info.dimension}]"
-                " distance_metric=cosine)"
-            )
             return info
 
         bound = self._write(bind)
@@ -367,12 +382,8 @@ class SQLiteStore(MemoryStore):
             (*self._columns(record), record.model_dump_json()),
         )
         rowid = int(cursor.lastrowid or 0)
-        blob = _blob(vector)
-        conn.execute(
-            "INSERT INTO memory_vec (rowid, user_key, embedding) VALUES (?, ?, ?)",
-            (rowid, user_key(record.tenant_id, record.user_id), blob),
-        )
-        conn.execute("INSERT INTO memory_vectors VALUES (?, ?)", (rowid, blob))
+        conn.execute("INSERT INTO memory_vectors VALUES (?, ?)", (rowid, _blob(vector)))
+        _bump(conn, record, "appended")
         return rowid
 
     @staticmethod
@@ -459,9 +470,11 @@ class SQLiteStore(MemoryStore):
             (*self._columns(new)[3:], new.model_dump_json(), rowid),
         )
         if change.vector is not None:
-            blob = _blob(change.vector)
-            conn.execute("UPDATE memory_vec SET embedding = ? WHERE rowid = ?", (blob, rowid))
-            conn.execute("UPDATE memory_vectors SET embedding = ? WHERE rowid = ?", (blob, rowid))
+            conn.execute(
+                "UPDATE memory_vectors SET embedding = ? WHERE rowid = ?",
+                (_blob(change.vector), rowid),
+            )
+            _bump(conn, new, "changed")
         conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
         self._index_text(conn, rowid, new)
         self._add_history(conn, HistoryEvent.UPDATE, _record(body), new, change.reason)
@@ -475,9 +488,11 @@ class SQLiteStore(MemoryStore):
             ).fetchall()
             for rowid, body in rows:
                 conn.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
-                for table in ("memory_vec", "memory_vectors", "memory_fts"):
+                for table in ("memory_vectors", "memory_fts"):
                     conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
-                self._add_history(conn, HistoryEvent.DELETE, _record(body), None, reason)
+                gone = _record(body)
+                _bump(conn, gone, "changed")
+                self._add_history(conn, HistoryEvent.DELETE, gone, None, reason)
             return [_record(body).id for _, body in rows]
 
         return self._write(remove)
@@ -567,55 +582,60 @@ class SQLiteStore(MemoryStore):
         if query.vector is not None:
             self._check_vector(query.vector)
         with self._read() as conn:
-            cosine: dict[int, float] = {}
-            if query.vector is not None and self._embedding is not None:
-                cosine = dict(self._vector_half(conn, query, user))
-            keyword: dict[int, float] = {}
-            if query.text:
-                keyword = dict(self._keyword_half(conn, query, user))
-            if query.vector is not None and keyword:
-                cosine.update(self._cosines(conn, query.vector, set(keyword) - set(cosine)))
-            ids = self._ids_by_rowid(conn, set(cosine) | set(keyword))
+            conn.execute("BEGIN")  # one snapshot for versions, vectors and words
+            try:
+                keyword: dict[int, float] = {}
+                if query.text:
+                    keyword = dict(self._keyword_half(conn, query, user))
+                cosine: dict[int, float] = {}
+                if query.vector is not None and self._embedding is not None:
+                    cosine = self._vector_half(conn, query, user, set(keyword))
+                ids = self._ids_by_rowid(conn, set(cosine) | set(keyword))
+            finally:
+                conn.execute("COMMIT")
         return [
             Candidate(ids[rowid], cosine.get(rowid), keyword.get(rowid)) for rowid in sorted(ids)
         ]
 
     def _vector_half(
-        self, conn: sqlite3.Connection, query: SearchQuery, user: str
-    ) -> builtins.list[tuple[int, float]]:
+        self, conn: sqlite3.Connection, query: SearchQuery, user: str, also: set[int]
+    ) -> dict[int, float]:
+        """The ``candidates`` nearest rows (within the filter), plus the cosine of ``also``."""
         assert query.vector is not None
-        blob = _blob(query.vector)
-        partition = user_key(query.filter.tenant_id, user)
-        if not _has_extra_conditions(query.filter):
-            rows = conn.execute(
-                "SELECT rowid, distance FROM memory_vec WHERE embedding MATCH ? AND k = ?"
-                " AND user_key = ?",
-                (blob, min(query.candidates, MAX_KNN), partition),
-            ).fetchall()
-            return [(rowid, 1.0 - distance) for rowid, distance in rows]
-        # Narrower filters: rank the user's rows that pass them exactly. A user's partition
-        # is small enough for this to cost about as much as the KNN itself.
-        where, params = _where(query.filter)
-        rows = conn.execute(
-            "SELECT m.rowid, vec_distance_cosine(v.embedding, ?) AS d FROM memories AS m"
-            f" JOIN memory_vectors AS v ON v.rowid = m.rowid WHERE {where} ORDER BY d LIMIT ?",
-            [blob, *params, query.candidates],
-        ).fetchall()
-        return [(rowid, 1.0 - distance) for rowid, distance in rows]
+        tenant = query.filter.tenant_id
+        row = conn.execute(
+            "SELECT appended, changed FROM user_versions WHERE tenant_id = ? AND user_id = ?",
+            (tenant, user),
+        ).fetchone()
+        versions = (int(row[0]), int(row[1])) if row else (0, 0)
 
-    @staticmethod
-    def _cosines(conn: sqlite3.Connection, vector: Vector, rowids: set[int]) -> dict[int, float]:
-        if not rowids:
-            return {}
-        ordered = sorted(rowids)
-        rows = conn.execute(
-            f"SELECT rowid, embedding FROM memory_vectors WHERE rowid IN"
-            f" ({', '.join('?' * len(ordered))})",
-            ordered,
-        ).fetchall()
-        matrix = np.frombuffer(b"".join(blob for _, blob in rows), dtype=np.float32)
-        scores = matrix.reshape(len(rows), -1) @ vector
-        return {rowid: float(score) for (rowid, _), score in zip(rows, scores, strict=True)}
+        def read(after: int) -> builtins.list[tuple[int, bytes]]:
+            rows: builtins.list[tuple[int, bytes]] = conn.execute(
+                "SELECT v.rowid, v.embedding FROM memories AS m JOIN memory_vectors AS v"
+                " ON v.rowid = m.rowid WHERE m.tenant_id = ? AND m.user_id = ? AND m.rowid > ?"
+                " ORDER BY m.rowid",
+                (tenant, user, after),
+            ).fetchall()
+            return rows
+
+        vectors = self._vector_cache.vectors(
+            user_key(tenant, user), versions, self._dimension(), read
+        )
+        scores = vectors.scores(query.vector)
+        pool = np.arange(len(vectors.rowids))
+        if _has_extra_conditions(query.filter):
+            where, params = _where(query.filter)
+            rows = conn.execute(f"SELECT m.rowid FROM memories AS m WHERE {where}", params)
+            allowed = np.fromiter((r for (r,) in rows), dtype=np.int64)
+            pool = vectors.positions(np.sort(allowed))
+        if len(pool) > query.candidates:
+            best = np.argpartition(-scores[pool], query.candidates - 1)[: query.candidates]
+            pool = pool[best]
+        found = {int(vectors.rowids[i]): float(scores[i]) for i in pool}
+        wanted = np.fromiter(sorted(also - set(found)), dtype=np.int64)
+        for position, rowid in zip(vectors.positions(wanted), wanted, strict=True):
+            found[int(rowid)] = float(scores[position])
+        return found
 
     def _keyword_half(
         self, conn: sqlite3.Connection, query: SearchQuery, user: str
