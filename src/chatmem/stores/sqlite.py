@@ -1,4 +1,4 @@
-"""The embedded default store: one SQLite file (WAL), sqlite-vec for vectors, FTS5 for words.
+"""The embedded default store: one SQLite file (WAL), FTS5 for words, vectors scored in memory.
 
 Layout:
 - ``memories``: one row per record; filterable fields as columns, the full record as JSON.
