@@ -777,7 +777,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemUnavailable as exc:
             print(f"skipping {name}: {exc}", file=sys.stderr)
             skipped[name] = str(exc)
-        except Exception as exc:  # keep going with the other systems, report at the end
+        except Exception as exc:  # boundary: keep going with the other systems, report at end
             traceback.print_exc()
             print(f"{name} failed: {exc!r}", file=sys.stderr)
             failed[name] = repr(exc)

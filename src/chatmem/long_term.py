@@ -81,7 +81,7 @@ class LongTermMemory:
         store = open_store(uri)
         try:
             return cls(store, embedder or LocalEmbedder(), **options)
-        except BaseException:
+        except BaseException:  # boundary: close what we opened, then re-raise
             store.close()
             raise
 

@@ -31,21 +31,14 @@ from chatmem.records import (
 )
 from chatmem.stores import Change, MemoryStore, SearchQuery
 from tests.stores.conftest import DIM, EMBEDDING, StoreFactory
+from tests.stores.helpers import record, unit_vector
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def unit(*weights: float) -> Vector:
-    """A unit vector; its first components are ``weights``."""
-    vector = np.zeros(DIM, dtype=np.float32)
-    vector[: len(weights)] = weights
-    return (vector / np.linalg.norm(vector)).astype(np.float32)
-
-
-def record(tenant: str, user: str, text: str, **fields: Any) -> MemoryRecord:
-    return MemoryRecord.model_validate(
-        {"tenant_id": tenant, "user_id": user, "content": {"raw": text}, **fields}
-    )
+    """A unit vector of the suite's dimension; its first components are ``weights``."""
+    return unit_vector(DIM, *weights)
 
 
 def put(store: MemoryStore, *pairs: tuple[MemoryRecord, Vector]) -> list[MemoryRecord]:

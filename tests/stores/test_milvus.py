@@ -40,6 +40,7 @@ from chatmem.records import (
     Vector,
 )
 from chatmem.stores import Change, SearchQuery
+from tests.stores.helpers import record, unit_vector
 
 pytest.importorskip("pymilvus")
 
@@ -59,15 +60,8 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def unit(*weights: float) -> Vector:
-    vector = np.zeros(DIM, dtype=np.float32)
-    vector[: len(weights)] = weights
-    return (vector / np.linalg.norm(vector)).astype(np.float32)
-
-
-def record(tenant: str, user: str, text: str, **fields: Any) -> MemoryRecord:
-    return MemoryRecord.model_validate(
-        {"tenant_id": tenant, "user_id": user, "content": {"raw": text}, **fields}
-    )
+    """A unit vector of the suite's dimension; its first components are ``weights``."""
+    return unit_vector(DIM, *weights)
 
 
 @pytest.fixture(scope="module")

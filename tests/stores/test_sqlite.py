@@ -40,7 +40,7 @@ def test_many_processes_and_threads_write_at_once_without_errors(tmp_path: Path)
     def thread_writer(name: str) -> None:
         try:
             _write_many(path, name)
-        except BaseException as exc:  # collected and asserted below
+        except BaseException as exc:  # boundary: collected and asserted below
             errors.append(exc)
 
     threads = [threading.Thread(target=thread_writer, args=(f"t{i}",)) for i in range(4)]

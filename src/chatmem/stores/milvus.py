@@ -438,7 +438,7 @@ class MilvusStore(MemoryStore):
         self._client = self._connect(token, db_name)
         try:
             self._embedding = self._prepare()
-        except BaseException:
+        except BaseException:  # boundary: close what we opened, then re-raise
             self.close()
             raise
 
@@ -449,7 +449,7 @@ class MilvusStore(MemoryStore):
             return self._pm.MilvusClient(
                 uri=self.uri, token=token or "", db_name=db_name or "", timeout=self._timeout
             )
-        except BaseException as exc:
+        except BaseException as exc:  # boundary: release the path; re-raised or translated
             if self._lite_path is not None:
                 _LITE_SERVERS.release(self._lite_path)
             if not isinstance(exc, self._pm.MilvusException):

@@ -276,7 +276,7 @@ class SQLiteStore(MemoryStore):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = work(conn)
-            except BaseException:
+            except BaseException:  # boundary: roll back, then re-raise
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
