@@ -32,6 +32,7 @@ class ValidationError(ChatmemError):
     """Input was rejected. ``field`` is the dotted path of the offending field, if known."""
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.message = message
         self.field = field
         super().__init__(f"{field}: {message}" if field else message)
 

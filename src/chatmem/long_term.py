@@ -201,11 +201,12 @@ class LongTermMemory:
             "tags": list(tags) if tags is not None else None,
         }
         try:
-            meta = old.metadata.model_copy(
-                update={k: v for k, v in meta_changes.items() if v is not None}
-            )
             meta = MemoryMetadata.model_validate(
-                {**meta.model_dump(), "version": old.metadata.version + 1}
+                {
+                    **old.metadata.model_dump(),
+                    **{k: v for k, v in meta_changes.items() if v is not None},
+                    "version": old.metadata.version + 1,
+                }
             )
             content = old.content if text is None else Content(raw=text)
         except pydantic.ValidationError as exc:
@@ -468,8 +469,7 @@ def _parse_line(text: str, number: int) -> tuple[MemoryRecord, Any] | None:
     try:
         record = MemoryRecord.checked(line.get("record"), "record")
     except ValidationError as exc:
-        message = str(exc).split(": ", 1)[-1]
-        raise ImportFormatError(message, line=number, field=exc.field) from None
+        raise ImportFormatError(exc.message, line=number, field=exc.field) from None
     vector = line.get("vector")
     if vector is not None and not (
         isinstance(vector, list) and all(isinstance(x, int | float) for x in vector)

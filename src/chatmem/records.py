@@ -120,7 +120,7 @@ class _Checked(_Model):
             raise validation_error(exc, field) from None
         except ValidationError as exc:
             path = ".".join(filter(None, [field, exc.field]))
-            raise ValidationError(str(exc).split(": ", 1)[-1], field=path or None) from None
+            raise ValidationError(exc.message, field=path or None) from None
 
 
 class Content(_Model):

@@ -584,12 +584,13 @@ class SQLiteStore(MemoryStore):
         with self._read() as conn:
             conn.execute("BEGIN")  # one snapshot for versions, vectors and words
             try:
+                narrowing = _where(query.filter) if _has_extra_conditions(query.filter) else None
                 keyword: dict[int, float] = {}
                 if query.text:
-                    keyword = dict(self._keyword_half(conn, query, user))
+                    keyword = dict(self._keyword_half(conn, query, user, narrowing))
                 cosine: dict[int, float] = {}
                 if query.vector is not None and self._embedding is not None:
-                    cosine = self._vector_half(conn, query, user, set(keyword))
+                    cosine = self._vector_half(conn, query, user, narrowing, set(keyword))
                 ids = self._ids_by_rowid(conn, set(cosine) | set(keyword))
             finally:
                 conn.execute("COMMIT")
@@ -598,9 +599,15 @@ class SQLiteStore(MemoryStore):
         ]
 
     def _vector_half(
-        self, conn: sqlite3.Connection, query: SearchQuery, user: str, also: set[int]
+        self,
+        conn: sqlite3.Connection,
+        query: SearchQuery,
+        user: str,
+        narrowing: tuple[str, builtins.list[Any]] | None,
+        also: set[int],
     ) -> dict[int, float]:
-        """The ``candidates`` nearest rows (within the filter), plus the cosine of ``also``."""
+        """The ``candidates`` nearest rows (within the filter), plus the cosine of ``also``.
+        ``narrowing`` is the SQL of a filter narrower than tenant and user, if any."""
         assert query.vector is not None
         tenant = query.filter.tenant_id
         row = conn.execute(
@@ -623,8 +630,8 @@ class SQLiteStore(MemoryStore):
         )
         scores = vectors.scores(query.vector)
         pool = np.arange(len(vectors.rowids))
-        if _has_extra_conditions(query.filter):
-            where, params = _where(query.filter)
+        if narrowing is not None:
+            where, params = narrowing
             rows = conn.execute(f"SELECT m.rowid FROM memories AS m WHERE {where}", params)
             allowed = np.fromiter((r for (r,) in rows), dtype=np.int64)
             pool = vectors.positions(np.sort(allowed))
@@ -638,7 +645,11 @@ class SQLiteStore(MemoryStore):
         return found
 
     def _keyword_half(
-        self, conn: sqlite3.Connection, query: SearchQuery, user: str
+        self,
+        conn: sqlite3.Connection,
+        query: SearchQuery,
+        user: str,
+        narrowing: tuple[str, builtins.list[Any]] | None,
     ) -> builtins.list[tuple[int, float]]:
         assert query.text is not None
         terms = textlib.query_terms(query.text)
@@ -647,8 +658,8 @@ class SQLiteStore(MemoryStore):
         token = _user_token(query.filter.tenant_id, user)
         match = f'ukey : "{token}" AND {{said prev nxt day}} : ({textlib.fts5_any(terms)})'
         weights = ", ".join(str(w) for w in FTS_WEIGHTS)
-        if _has_extra_conditions(query.filter):
-            where, params = _where(query.filter)
+        if narrowing is not None:
+            where, params = narrowing
             rows = conn.execute(
                 f"SELECT f.rowid, bm25(memory_fts, {weights}) AS s FROM memory_fts AS f"
                 f" JOIN memories AS m ON m.rowid = f.rowid"
