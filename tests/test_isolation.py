@@ -128,3 +128,30 @@ def test_no_memory_crosses_tenants_or_users_on_milvus(embedder: LocalEmbedder) -
         suppress_health_check=[HealthCheck.too_slow],
     )
     machine.TestCase().runTest()
+
+
+@pytest.mark.postgres
+def test_no_memory_crosses_tenants_or_users_on_postgres(embedder: LocalEmbedder) -> None:
+    from tests.stores.conftest import drop_schema, postgres_server, schema_for
+
+    schemas: list[str] = []
+
+    def open_postgres(path: Path) -> MemoryStore:
+        from chatmem.stores.postgres import PostgresStore
+
+        schemas.append(schema_for(path))
+        return PostgresStore(uri, prefix=schemas[-1], pool_size=2)
+
+    with postgres_server() as uri:
+        machine = isolation_machine(open_postgres, embedder)
+        machine.TestCase.settings = settings(
+            max_examples=10,
+            stateful_step_count=20,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        )
+        try:
+            machine.TestCase().runTest()
+        finally:
+            for schema in schemas:
+                drop_schema(uri, schema)

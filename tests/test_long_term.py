@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from chatmem import (
     ValidationError,
 )
 from chatmem.records import MAX_TEXT_CHARS
-from chatmem.stores import SQLiteStore
+from chatmem.stores import SQLiteStore, Usage
 
 
 def test_cross_session_recall_finds_the_fact(memory: LongTermMemory) -> None:
@@ -157,6 +158,20 @@ def test_update_versions_and_history(memory: LongTermMemory) -> None:
     assert memory.get(fact.id).metadata.version == 2
 
 
+def test_record_access_writes_uses_without_a_version(memory: LongTermMemory) -> None:
+    (fact,) = memory.add("User likes tea", user_id="u")
+    (other,) = memory.add("User likes coffee", user_id="v")
+    seen = datetime(2026, 3, 1, tzinfo=UTC)
+    uses = [Usage(fact.id, 2, seen, 0.4), Usage(other.id, 1, seen)]
+    assert memory.record_access(uses, user_id="u") == [fact.id]
+    used = memory.get(fact.id, user_id="u")
+    assert (used.access_count, used.time.last_accessed, used.time.decay_score) == (2, seen, 0.4)
+    assert used.metadata.version == 1
+    assert [h.event for h in memory.history(fact.id, user_id="u")] == [HistoryEvent.ADD]
+    assert memory.get(other.id, user_id="v") == other
+    assert memory.record_access(uses, user_id="u", tenant_id="elsewhere") == []
+
+
 def test_delete_and_forget_by_scope(memory: LongTermMemory) -> None:
     (one,) = memory.add("one", user_id="u", project_id="p")
     memory.add("two", user_id="u", project_id="q")
@@ -248,6 +263,38 @@ def test_async_api_runs_the_same_logic(tmp_path: Path, embedder: LocalEmbedder) 
         async with memory:
             await asyncio.gather(*(memory.add(f"fact number {i}", user_id="u") for i in range(8)))
             hits = await memory.search("fact number 3", user_id="u", k=1)
+            touched = await memory.record_access([Usage(hits[0].record.id, 1)], user_id="u")
+            assert touched == [hits[0].record.id]
             return [h.record.text for h in hits]
 
     assert asyncio.run(scenario()) == ["fact number 3"]
+
+
+def test_superseded_facts_stay_answerable_but_are_not_shown_as_current(
+    memory: LongTermMemory,
+) -> None:
+    from datetime import UTC, datetime
+
+    from chatmem import Content, MemoryRecord, TimeInfo
+
+    changed = datetime(2024, 5, 8, tzinfo=UTC)
+    old, new = memory.add_records(
+        [
+            MemoryRecord(
+                user_id="u",
+                content=Content(raw="User's budget for the Hawaii trip is $10,000"),
+                time=TimeInfo(valid_from=datetime(2024, 1, 1, tzinfo=UTC), valid_to=changed),
+            ),
+            MemoryRecord(
+                user_id="u",
+                content=Content(raw="User's budget for the Hawaii trip is $15,000"),
+                time=TimeInfo(valid_from=changed),
+            ),
+        ]
+    )
+    query = "What is my budget for the Hawaii trip?"
+    assert [hit.record.id for hit in memory.search(query, user_id="u")] == [new.id]
+    everything = memory.search(query, user_id="u", include_superseded=True)
+    assert {hit.record.id for hit in everything} == {old.id, new.id}
+    before = memory.search(query, user_id="u", filter=Filter(valid_at=datetime(2024, 3, 1)))
+    assert [hit.record.id for hit in before] == [old.id]

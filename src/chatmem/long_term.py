@@ -35,7 +35,7 @@ from chatmem.records import (
     validation_error,
 )
 from chatmem.stores import MemoryStore, open_store
-from chatmem.stores.base import Change, SearchQuery
+from chatmem.stores.base import Change, SearchQuery, Usage
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -254,9 +254,15 @@ class LongTermMemory:
         k: int = 5,
         threshold: float | None = None,
         filter: Filter | None = None,
+        include_superseded: bool = False,
     ) -> list[SearchResult]:
         """Hybrid search of one user's memories: the best ``k`` with a fused score of at
-        least ``threshold`` (see ``chatmem.ranking`` for the score)."""
+        least ``threshold`` (see ``chatmem.ranking`` for the score).
+
+        Facts that were superseded (``valid_to`` in the past) are left out unless
+        ``include_superseded`` is set or the filter asks for a moment (``valid_at``): what is
+        true now comes first, and what was true before stays answerable (SPEC X3).
+        """
         if not query or not query.strip():
             raise ValidationError("query is empty", field="query")
         if k < 1:
@@ -269,12 +275,17 @@ class LongTermMemory:
                 filter=scope,
                 vector=vector,
                 text=query,
-                candidates=max(self.ranking.candidates, k),
+                candidates=max(self.ranking.candidates, 2 * k),
             )
         )
-        best = ranking.select(ranking.fuse(candidates, self.ranking), k, threshold)
+        current_only = not include_superseded and scope.valid_at is None
+        # Superseded facts are rare; asking for twice as many leaves room to drop them.
+        best = ranking.select(
+            ranking.fuse(candidates, self.ranking), 2 * k if current_only else k, threshold
+        )
         records = {r.id: r for r in self.store.get([s.id for s in best], scope)}
-        return [
+        now = utcnow()
+        results = [
             SearchResult(
                 record=records[s.id],
                 score=s.score,
@@ -282,8 +293,9 @@ class LongTermMemory:
                 keyword_score=s.keyword_score,
             )
             for s in best
-            if s.id in records
+            if s.id in records and not (current_only and _superseded(records[s.id], now))
         ]
+        return results[:k]
 
     def get(
         self, memory_id: str, *, tenant_id: str = "default", user_id: str | None = None
@@ -310,6 +322,14 @@ class LongTermMemory:
         if not entries:
             raise NotFoundError(memory_id)
         return entries
+
+    def record_access(
+        self, uses: Sequence[Usage], *, user_id: str, tenant_id: str = "default"
+    ) -> builtins.list[str]:
+        """Write uses of a user's memories (access counts, last access, decay scores)
+        without a new version or a history row; returns the ids written, skipping
+        memories that are gone or not that user's."""
+        return self.store.touch(uses, Filter(tenant_id=tenant_id, user_id=user_id))
 
     # -- export and import ---------------------------------------------------------------------
 
@@ -403,6 +423,10 @@ class _Message:
         speaker = self.name or self.role
         text = f"{speaker}: {self.content}" if speaker else self.content
         return text[:MAX_CONTEXT_CHARS]
+
+
+def _superseded(record: MemoryRecord, now: datetime) -> bool:
+    return record.time.valid_to is not None and record.time.valid_to <= now
 
 
 def _message(item: MessageLike, field: str) -> _Message:
@@ -508,6 +532,7 @@ class AsyncLongTermMemory:
     list = _threaded(LongTermMemory.list)
     count = _threaded(LongTermMemory.count)
     history = _threaded(LongTermMemory.history)
+    record_access = _threaded(LongTermMemory.record_access)
     export_jsonl = _threaded(LongTermMemory.export_jsonl)
     import_jsonl = _threaded(LongTermMemory.import_jsonl)
     close = _threaded(LongTermMemory.close)

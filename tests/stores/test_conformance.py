@@ -29,7 +29,7 @@ from chatmem.records import (
     Scope,
     Vector,
 )
-from chatmem.stores import Change, MemoryStore, SearchQuery
+from chatmem.stores import Change, MemoryStore, SearchQuery, Usage
 from tests.stores.conftest import DIM, EMBEDDING, StoreFactory
 from tests.stores.helpers import record, unit_vector
 
@@ -372,6 +372,63 @@ def test_history_is_scoped(store: MemoryStore, tenant: str) -> None:
     assert store.history(mine.id, Filter(tenant_id=tenant, user_id="bob")) == []
     assert store.history(mine.id, Filter(tenant_id=tenant + "-x")) == []
     assert len(store.history(mine.id, Filter(tenant_id=tenant, user_id="alice"))) == 1
+
+
+# -- touch (usage-only writes) -----------------------------------------------------------------
+
+
+def test_touch_adds_counts_and_keeps_the_later_access(store: MemoryStore, tenant: str) -> None:
+    (one,) = put(store, (record(tenant, "u", "tea", time={"updated_at": T0}), unit(1)))
+    scope = Filter(tenant_id=tenant, user_id="u")
+    later, earlier = T0 + timedelta(days=2), T0 + timedelta(days=1)
+    assert store.get([one.id], scope) == [one]  # a cache in front must not serve it stale
+    assert store.touch([Usage(one.id, 2, later)], scope) == [one.id]
+    assert store.touch([Usage(one.id, 3, earlier)], scope) == [one.id]
+    (stored,) = store.get([one.id], scope)
+    assert (stored.access_count, stored.time.last_accessed) == (5, later)
+    assert stored.time.updated_at == T0 and stored.text == "tea"
+
+
+def test_touch_keeps_the_version_history_and_index(store: MemoryStore, tenant: str) -> None:
+    (one,) = put(store, (record(tenant, "u", "tea at breakfast"), unit(1)))
+    scope = Filter(tenant_id=tenant, user_id="u")
+    store.touch([Usage(one.id, 1, T0)], scope)
+    (stored,) = store.get([one.id], scope)
+    assert stored.metadata.version == 1 and stored.access_count == 1
+    assert [h.event for h in store.history(one.id, scope)] == [HistoryEvent.ADD]
+    store.update([Change(_next_version(stored, "tea at lunch"), None, expected_version=1)])
+    assert store.get([one.id], scope)[0].access_count == 1  # the use survives an edit
+    found = store.search(SearchQuery(scope, vector=unit(1), text="lunch"))
+    assert [(c.id, c.keyword_score is not None) for c in found] == [(one.id, True)]
+
+
+def test_touch_sets_the_decay_score(store: MemoryStore, tenant: str) -> None:
+    (one,) = put(store, (record(tenant, "u", "tea", time={"last_accessed": T0}), unit(1)))
+    scope = Filter(tenant_id=tenant, user_id="u")
+    assert store.touch([Usage(one.id, decay_score=0.25)], scope) == [one.id]
+    (stored,) = store.get([one.id], scope)
+    assert stored.time.decay_score == 0.25
+    assert (stored.access_count, stored.time.last_accessed) == (0, T0)
+
+
+def test_touch_never_crosses_users_and_skips_missing_ids(store: MemoryStore, tenant: str) -> None:
+    mine, bobs = put(
+        store, (record(tenant, "alice", "mine"), unit(1)), (record(tenant, "bob", "his"), unit(1))
+    )
+    scope = Filter(tenant_id=tenant, user_id="alice")
+    uses = [Usage(i, 1, T0, 0.5) for i in (bobs.id, "no-such-id", mine.id)]
+    assert store.touch(uses, scope) == [mine.id]
+    assert store.touch(uses, Filter(tenant_id=tenant + "-x", user_id="bob")) == []
+    assert store.get([bobs.id], Filter(tenant_id=tenant)) == [bobs]
+    assert store.get([mine.id], scope)[0].access_count == 1
+    with pytest.raises(ValidationError):
+        store.touch(uses, Filter(tenant_id=tenant))
+
+
+def test_touch_with_no_uses_writes_nothing(store: MemoryStore, tenant: str) -> None:
+    (one,) = put(store, (record(tenant, "u", "tea"), unit(1)))
+    assert store.touch([], Filter(tenant_id=tenant, user_id="u")) == []
+    assert store.get([one.id], Filter(tenant_id=tenant)) == [one]
 
 
 # -- list and vectors -------------------------------------------------------------------------

@@ -256,6 +256,12 @@ def test_user_key_is_the_partition_key(store: MilvusStore) -> None:
     assert int(embedding["params"]["dim"]) == DIM
 
 
+def test_filtered_fields_carry_scalar_indexes(store: MilvusStore) -> None:
+    indexed = set(store._client.list_indexes("chatmem_memories"))
+    assert {"tenant_id", "session_id", "type", "created_at", "valid_from", "valid_to"} <= indexed
+    assert {"embedding", "sparse"} <= indexed
+
+
 def test_lite_is_one_process_with_keyword_search(store: MilvusStore) -> None:
     assert store.capabilities.keyword_search
     assert not store.capabilities.multi_process

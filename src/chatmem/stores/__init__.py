@@ -4,6 +4,15 @@
   embedded default. Option: ``?synchronous=full`` (fsync each commit; survives power loss).
 - ``milvus:///relative/dir``, ``milvus:////absolute/dir``: Milvus Lite in a local directory.
 - ``milvus://host:19530`` (``?token=…&db=…&prefix=…``): a Milvus standalone or cluster server.
+- ``postgresql://user:password@host:5432/dbname`` or ``postgres://…``: PostgreSQL with
+  pgvector (``pip install 'chatmem[postgres]'``). Any libpq URI works (``?sslmode=…``,
+  ``?host=/socket/dir``); ``?prefix=name`` picks the schema that holds the store's tables
+  (default ``chatmem``) and is not passed to libpq.
+
+Any URI (not a bare path) may add a Redis hot cache in front of the store (SPEC B3):
+``?cache=redis://host:6379/0`` wraps it in ``CachedStore``; ``cache_ttl`` (seconds, default
+300) and ``cache_prefix`` (key prefix, default ``chatmem:cache``) tune it. A Redis URL with a
+query of its own must be percent-encoded.
 
 ``CHATMEM_STORE`` supplies the URI when none is given.
 """
@@ -12,10 +21,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from chatmem.errors import ConfigError
-from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery
+from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage
 from chatmem.stores.sqlite import SQLiteStore
 
 ENV_VAR = "CHATMEM_STORE"
@@ -36,13 +45,23 @@ def open_store(uri: str | None = None) -> MemoryStore:
     if "://" not in uri:
         return SQLiteStore(uri)
     parts = urlsplit(uri)
-    options = dict(parse_qsl(parts.query))
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    cache = _cache_options(options, uri)
+    store = _open(parts, options, uri)
+    return store if cache is None else _with_cache(store, *cache)
+
+
+def _open(parts: SplitResult, options: dict[str, str], uri: str) -> MemoryStore:
     if parts.scheme == "sqlite":
         path = _local_path(parts.netloc, parts.path, uri)
         return SQLiteStore(path, synchronous=options.pop("synchronous", "NORMAL"))
     if parts.scheme in {"milvus", "milvus+http", "milvus+https"}:
         return _open_milvus(parts.scheme, parts.netloc, parts.path, options, uri)
-    raise ConfigError(f"unknown store scheme {parts.scheme!r} in {uri!r} (sqlite, milvus)")
+    if parts.scheme in {"postgresql", "postgres"}:
+        return _open_postgres(parts, options)
+    raise ConfigError(
+        f"unknown store scheme {parts.scheme!r} in {uri!r} (sqlite, milvus, postgresql)"
+    )
 
 
 def _local_path(netloc: str, path: str, uri: str) -> str:
@@ -72,12 +91,52 @@ def _open_milvus(
     return MilvusStore(_local_path(netloc, path, uri), collection_prefix=prefix)
 
 
+def _open_postgres(parts: SplitResult, options: dict[str, str]) -> MemoryStore:
+    try:
+        from chatmem.stores.postgres import PostgresStore
+    except ImportError as exc:
+        raise ConfigError(
+            "the postgres store needs psycopg: pip install 'chatmem[postgres]'"
+        ) from exc
+    prefix = options.pop("prefix", "chatmem")
+    # What is left of the query are libpq's own parameters (sslmode, host, …).
+    conninfo = urlunsplit(parts._replace(query=urlencode(options)))
+    return PostgresStore(conninfo, prefix=prefix)
+
+
+def _cache_options(options: dict[str, str], uri: str) -> tuple[str, int, str] | None:
+    """Take the cache options out of ``options``: (Redis URL, TTL, key prefix), or None."""
+    redis_url = options.pop("cache", None)
+    ttl = options.pop("cache_ttl", "300")
+    prefix = options.pop("cache_prefix", "chatmem:cache")
+    if redis_url is None:
+        return None
+    try:
+        return redis_url, int(ttl), prefix
+    except ValueError as exc:
+        raise ConfigError(f"{uri!r}: cache_ttl must be a whole number of seconds") from exc
+
+
+def _with_cache(store: MemoryStore, redis_url: str, ttl: int, prefix: str) -> MemoryStore:
+    try:
+        from chatmem.stores.cached import CachedStore
+    except ImportError as exc:
+        store.close()
+        raise ConfigError("the Redis cache needs redis-py: pip install 'chatmem[redis]'") from exc
+    try:
+        return CachedStore(store, redis_url, ttl_s=ttl, prefix=prefix)
+    except BaseException:  # boundary: close the opened store, then re-raise
+        store.close()
+        raise
+
+
 __all__ = [
     "Capabilities",
     "Change",
     "MemoryStore",
     "SQLiteStore",
     "SearchQuery",
+    "Usage",
     "default_store_uri",
     "open_store",
 ]

@@ -11,7 +11,9 @@ import builtins
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
+from chatmem.errors import DimensionError, StoreError, ValidationError
 from chatmem.records import (
     Candidate,
     EmbeddingInfo,
@@ -20,6 +22,7 @@ from chatmem.records import (
     HistoryEntry,
     MemoryRecord,
     Page,
+    TimeInfo,
     Vector,
 )
 
@@ -57,6 +60,50 @@ class Change:
     reason: str | None = None
 
 
+@dataclass(frozen=True)
+class Usage:
+    """A use of one record, written by ``MemoryStore.touch``: ``count`` more accesses, the
+    latest at ``at``, and optionally a new ``decay_score``."""
+
+    id: str
+    count: int = 0
+    at: datetime | None = None
+    decay_score: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            raise ValidationError("must be at least 0", field="count")
+        if self.decay_score is not None and not 0.0 <= self.decay_score <= 1.0:
+            raise ValidationError("must be between 0 and 1", field="decay_score")
+
+    def applied(self, record: MemoryRecord) -> MemoryRecord:
+        """``record`` with this use written into it (the reference semantics of ``touch``)."""
+        time_info = record.time.model_dump()
+        last = record.time.last_accessed
+        if self.at is not None:
+            at = TimeInfo(last_accessed=self.at).last_accessed  # UTC, whole milliseconds
+            assert at is not None
+            time_info["last_accessed"] = at if last is None else max(last, at)
+        if self.decay_score is not None:
+            time_info["decay_score"] = self.decay_score
+        return record.model_copy(
+            update={
+                "access_count": record.access_count + self.count,
+                "time": TimeInfo.model_validate(time_info),
+            }
+        )
+
+    @staticmethod
+    def written(records: Sequence[MemoryRecord], uses: Sequence[Usage]) -> dict[str, MemoryRecord]:
+        """The records of ``records`` that ``uses`` change, changed, in the order of ``uses``."""
+        current = {record.id: record for record in records}
+        changed: dict[str, MemoryRecord] = {}
+        for use in uses:
+            if use.id in current:
+                current[use.id] = changed[use.id] = use.applied(current[use.id])
+        return changed
+
+
 class MemoryStore(ABC):
     """Durable storage of memory records. All methods are thread-safe."""
 
@@ -71,6 +118,26 @@ class MemoryStore(ABC):
     @abstractmethod
     def embedding(self) -> EmbeddingInfo | None:
         """The model and dimension this store was built with, if any."""
+
+    def _dimension(self) -> int:
+        if (info := self.embedding) is None:
+            raise StoreError("no embedding model is bound to this store yet")
+        return info.dimension
+
+    def _check_vector(self, vector: Vector) -> None:
+        if vector.shape != (self._dimension(),):
+            raise DimensionError(
+                f"vector has shape {vector.shape}, the store expects ({self._dimension()},)",
+                field="vector",
+            )
+
+    def _check_batch(self, entries: Sequence[Entry]) -> None:
+        """Refuse, before any write, a batch with a vector of the wrong shape or a repeated id."""
+        for entry in entries:
+            self._check_vector(entry.vector)
+        ids = [entry.record.id for entry in entries]
+        if len(set(ids)) != len(ids):
+            raise ValidationError("duplicate ids in one batch", field="id")
 
     @abstractmethod
     def put(self, entries: Sequence[Entry]) -> None:
@@ -94,6 +161,17 @@ class MemoryStore(ABC):
     def update(self, changes: Sequence[Change]) -> None:
         """Replace records atomically, writing one history row per change
         (raises NotFoundError, ConflictError)."""
+
+    @abstractmethod
+    def touch(self, uses: Sequence[Usage], scope: Filter) -> builtins.list[str]:
+        """Record uses of records of ``scope``'s user (required) in one atomic write.
+
+        For each use: ``access_count`` grows by ``count``, ``time.last_accessed`` becomes
+        the later of the stored one and ``at`` (when given), and ``time.decay_score`` is
+        set (when given). Nothing else changes: no new version, no history row, no
+        reindexing. Ids missing or outside ``scope``'s tenant and user are skipped.
+        Returns the ids written.
+        """
 
     @abstractmethod
     def delete(self, scope: Filter, reason: str | None = None) -> list[str]:

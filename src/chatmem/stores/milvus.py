@@ -13,7 +13,9 @@ Layout (``<prefix>`` defaults to ``chatmem``):
   columns (open ends of the validity interval are sentinels); ``body`` is the full record JSON;
   ``embedding`` is a COSINE FLOAT_VECTOR (FLAT on Lite, which is exact and enough for one
   machine; HNSW with M=16, efConstruction=200 on a server); ``text`` feeds a BM25 function whose
-  SPARSE_FLOAT_VECTOR output answers the keyword half of a search.
+  SPARSE_FLOAT_VECTOR output answers the keyword half of a search. ``tenant_id``,
+  ``session_id``, ``type``, ``created_at``, ``valid_from`` and ``valid_to`` carry INVERTED
+  scalar indexes (collections created before they were added keep working without them).
 - ``<prefix>_history``: one row per add, update and delete, with the record before and after.
 - ``<prefix>_meta``: the schema version and the bound embedding model and dimension.
 
@@ -73,7 +75,6 @@ from chatmem import text as textlib
 from chatmem.errors import (
     ConfigError,
     ConflictError,
-    DimensionError,
     EmbedderMismatchError,
     NotFoundError,
     StoreError,
@@ -94,7 +95,7 @@ from chatmem.records import (
     new_id,
     utcnow,
 )
-from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery
+from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage
 
 T = TypeVar("T")
 
@@ -116,6 +117,8 @@ MAX_TERMS = 4_096
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
 HNSW_MIN_EF = 64
+#: Scalar fields with an INVERTED index: the filters' and bulk deletes' fields.
+SCALAR_INDEXED = ("tenant_id", "session_id", "type", "created_at", "valid_from", "valid_to")
 
 SEPARATOR = "\x1f"
 #: Sentinels for the open ends of a validity interval, in milliseconds.
@@ -628,6 +631,10 @@ class MilvusStore(MemoryStore):
         params.add_index(
             field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25"
         )
+        # Scalar indexes for what filters and bulk deletes test besides the partition key:
+        # INVERTED is the one scalar index both Milvus Lite and a server build.
+        for field in SCALAR_INDEXED:
+            params.add_index(field_name=field, index_type="INVERTED")
         return params
 
     def _vector_dimension(self) -> int:
@@ -691,18 +698,6 @@ class MilvusStore(MemoryStore):
                 f" the embedder given is {info.model} ({info.dimension} dimensions)"
             )
         self._embedding = bound
-
-    def _dimension(self) -> int:
-        if self._embedding is None:
-            raise StoreError("no embedding model is bound to this store yet")
-        return self._embedding.dimension
-
-    def _check_vector(self, vector: Vector) -> None:
-        if vector.shape != (self._dimension(),):
-            raise DimensionError(
-                f"vector has shape {vector.shape}, the store expects ({self._dimension()},)",
-                field="vector",
-            )
 
     # -- rows ------------------------------------------------------------------------------
 
@@ -786,11 +781,8 @@ class MilvusStore(MemoryStore):
     def put(self, entries: Sequence[Entry]) -> None:
         if not entries:
             return
-        for entry in entries:
-            self._check_vector(entry.vector)
+        self._check_batch(entries)
         ids = [entry.record.id for entry in entries]
-        if len(set(ids)) != len(ids):
-            raise ValidationError("duplicate ids in one batch", field="id")
         now = utcnow()
         with self._writing():
             rows = [self._memory_row(record, vector.tolist()) for record, vector in entries]
@@ -882,6 +874,30 @@ class MilvusStore(MemoryStore):
             self._undo(exc, lambda: self._call(self._client.upsert, self._memories, restore))
             self._undo(exc, lambda: self._delete_rows(self._history, [h["id"] for h in history]))
             raise
+
+    def touch(self, uses: Sequence[Usage], scope: Filter) -> builtins.list[str]:
+        user = scope.require_user()
+        if not uses:
+            return []
+        with self._writing():
+            if not self._has_memories():
+                return []
+            originals = {
+                memory_id: stored
+                for memory_id, stored in self._stored({use.id for use in uses}).items()
+                if (stored.record.tenant_id, stored.record.user_id) == (scope.tenant_id, user)
+            }
+            changed = Usage.written([stored.record for stored in originals.values()], uses)
+            if not changed:
+                return []
+            rows = [self._memory_row(r, originals[i].vector) for i, r in changed.items()]
+            try:
+                self._call(self._client.upsert, self._memories, rows)
+            except StoreError as exc:
+                restore = [self._memory_row(s.record, s.vector) for s in originals.values()]
+                self._undo(exc, lambda: self._call(self._client.upsert, self._memories, restore))
+                raise
+        return builtins.list(changed)
 
     def _stored(self, ids: set[str]) -> dict[str, _Stored]:
         found: dict[str, _Stored] = {}

@@ -29,7 +29,6 @@ import numpy as np
 from chatmem import text as textlib
 from chatmem.errors import (
     ConflictError,
-    DimensionError,
     EmbedderMismatchError,
     NotFoundError,
     StoreError,
@@ -50,7 +49,7 @@ from chatmem.records import (
     to_ms,
     utcnow,
 )
-from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery
+from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage
 from chatmem.stores.vector_cache import DEFAULT_BUDGET_BYTES, VectorCache
 
 try:  # The stdlib module of many Pythons cannot load extensions; pysqlite3 can.
@@ -194,18 +193,12 @@ def _blob(vector: Vector) -> bytes:
     return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
 
 
-class SQLiteStore(MemoryStore):
-    """A store in one SQLite file; safe for many threads and processes at once."""
+class SQLiteFile:
+    """One SQLite file opened per thread (WAL, busy timeout), with retried ``BEGIN IMMEDIATE``
+    writes and versioned migrations. Shared by the long-term and the session stores, which may
+    live in the same file: each keeps its own migrations table."""
 
-    capabilities = Capabilities(keyword_search=True, multi_process=True)
-
-    def __init__(
-        self,
-        path: str | Path,
-        *,
-        synchronous: str = "NORMAL",
-        vector_cache_bytes: int = DEFAULT_BUDGET_BYTES,
-    ) -> None:
+    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
         self.path = str(path)
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValidationError("must be OFF, NORMAL, FULL or EXTRA", field="synchronous")
@@ -214,18 +207,14 @@ class SQLiteStore(MemoryStore):
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._closed = False
-        self._vector_cache = VectorCache(vector_cache_bytes)
         if self.path != ":memory:":
             try:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreUnavailableError(f"cannot create {self.path!r}: {exc}") from exc
-        self._migrate()
-        self._embedding = self._read_embedding()
 
-    # -- connections and transactions ----------------------------------------------------
-
-    def _connection(self) -> sqlite3.Connection:
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (autocommit; transactions are explicit)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None:
             return conn
@@ -239,7 +228,7 @@ class SQLiteStore(MemoryStore):
                 check_same_thread=False,
             )
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+            self.retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
@@ -248,7 +237,9 @@ class SQLiteStore(MemoryStore):
             self._connections.append(conn)
         return conn
 
-    def _retry(self, action: Callable[[], T]) -> T:
+    @staticmethod
+    def retry(action: Callable[[], T]) -> T:
+        """Run ``action`` again while the database is busy, up to ``WRITE_RETRY_SECONDS``."""
         deadline = time.monotonic() + WRITE_RETRY_SECONDS
         delay = 0.005
         while True:
@@ -261,16 +252,17 @@ class SQLiteStore(MemoryStore):
                 delay = min(delay * 2, 0.25)
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connection()
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, with SQLite errors translated to StoreError."""
+        conn = self.connection()
         try:
             yield conn
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error: {exc}") from exc
 
-    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` in one IMMEDIATE transaction, retrying while the database is busy."""
-        conn = self._connection()
+        conn = self.connection()
 
         def attempt() -> T:
             conn.execute("BEGIN IMMEDIATE")
@@ -283,37 +275,65 @@ class SQLiteStore(MemoryStore):
             return result
 
         try:
-            return self._retry(attempt)
+            return self.retry(attempt)
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error: {exc}") from exc
 
-    def _migrate(self) -> None:
+    def migrate(self, migrations: Sequence[str], table: str = "chatmem_migrations") -> None:
+        """Apply the scripts of ``migrations`` not yet recorded in ``table``, in one write."""
+
         def apply(conn: sqlite3.Connection) -> None:
             conn.execute(
-                "CREATE TABLE IF NOT EXISTS chatmem_migrations"
+                f"CREATE TABLE IF NOT EXISTS {table}"
                 " (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"
             )
-            row = conn.execute("SELECT MAX(version) FROM chatmem_migrations").fetchone()
+            row = conn.execute(f"SELECT MAX(version) FROM {table}").fetchone()
             current = row[0] or 0
-            if current > len(MIGRATIONS):
+            if current > len(migrations):
                 raise StoreError(
                     f"store schema version {current} is newer than this chatmem "
-                    f"({len(MIGRATIONS)}); upgrade chatmem"
+                    f"({len(migrations)}); upgrade chatmem"
                 )
-            for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
+            for version, script in enumerate(migrations[current:], start=current + 1):
                 for statement in script.split(";"):
                     if statement.strip():
                         conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO chatmem_migrations VALUES (?, ?)", (version, to_ms(utcnow()))
-                )
+                conn.execute(f"INSERT INTO {table} VALUES (?, ?)", (version, to_ms(utcnow())))
 
-        self._write(apply)
+        self.write(apply)
+
+    def close(self) -> None:
+        """Close every thread's connection; later calls raise StoreError."""
+        self._closed = True
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+
+class SQLiteStore(MemoryStore):
+    """A store in one SQLite file; safe for many threads and processes at once."""
+
+    capabilities = Capabilities(keyword_search=True, multi_process=True)
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "NORMAL",
+        vector_cache_bytes: int = DEFAULT_BUDGET_BYTES,
+    ) -> None:
+        self.path = str(path)
+        self._file = SQLiteFile(path, synchronous=synchronous)
+        self._vector_cache = VectorCache(vector_cache_bytes)
+        self._file.migrate(MIGRATIONS)
+        self._embedding = self._read_embedding()
 
     # -- embedding binding -----------------------------------------------------------------
 
     def _read_embedding(self) -> EmbeddingInfo | None:
-        with self._read() as conn:
+        with self._file.read() as conn:
             row = conn.execute("SELECT value FROM chatmem_meta WHERE key = 'embedding'").fetchone()
         return EmbeddingInfo.model_validate_json(row[0]) if row else None
 
@@ -331,7 +351,7 @@ class SQLiteStore(MemoryStore):
             )
             return info
 
-        bound = self._write(bind)
+        bound = self._file.write(bind)
         if bound != info:
             raise EmbedderMismatchError(
                 f"store {self.path!r} was built with {bound.model} ({bound.dimension} dimensions);"
@@ -339,26 +359,11 @@ class SQLiteStore(MemoryStore):
             )
         self._embedding = bound
 
-    def _dimension(self) -> int:
-        if self._embedding is None:
-            raise StoreError("no embedding model is bound to this store yet")
-        return self._embedding.dimension
-
-    def _check_vector(self, vector: Vector) -> None:
-        if vector.shape != (self._dimension(),):
-            raise DimensionError(
-                f"vector has shape {vector.shape}, the store expects ({self._dimension()},)",
-                field="vector",
-            )
-
     # -- writes ----------------------------------------------------------------------------
 
     def put(self, entries: Sequence[Entry]) -> None:
-        for entry in entries:
-            self._check_vector(entry.vector)
+        self._check_batch(entries)
         ids = [entry.record.id for entry in entries]
-        if len(set(ids)) != len(ids):
-            raise ValidationError("duplicate ids in one batch", field="id")
 
         def insert(conn: sqlite3.Connection) -> None:
             placeholders = ", ".join("?" * len(ids))
@@ -372,7 +377,7 @@ class SQLiteStore(MemoryStore):
                 self._index_text(conn, rowid, record)
                 self._add_history(conn, HistoryEvent.ADD, None, record, None)
 
-        self._write(insert)
+        self._file.write(insert)
 
     def _insert_row(self, conn: sqlite3.Connection, record: MemoryRecord, vector: Vector) -> int:
         cursor = conn.execute(
@@ -447,7 +452,7 @@ class SQLiteStore(MemoryStore):
             for change in changes:
                 self._apply_change(conn, change)
 
-        self._write(apply)
+        self._file.write(apply)
 
     def _apply_change(self, conn: sqlite3.Connection, change: Change) -> None:
         new = change.record
@@ -479,6 +484,28 @@ class SQLiteStore(MemoryStore):
         self._index_text(conn, rowid, new)
         self._add_history(conn, HistoryEvent.UPDATE, _record(body), new, change.reason)
 
+    def touch(self, uses: Sequence[Usage], scope: Filter) -> builtins.list[str]:
+        user = scope.require_user()
+        ids = sorted({use.id for use in uses})
+        if not ids:
+            return []
+
+        def apply(conn: sqlite3.Connection) -> builtins.list[str]:
+            # Only the JSON body changes: no column, vector or FTS row mirrors these fields.
+            rows = conn.execute(
+                f"SELECT body FROM memories WHERE id IN ({', '.join('?' * len(ids))})"
+                " AND +tenant_id = ? AND +user_id = ?",
+                [*ids, scope.tenant_id, user],
+            ).fetchall()
+            changed = Usage.written([_record(body) for (body,) in rows], uses)
+            conn.executemany(
+                "UPDATE memories SET body = ? WHERE id = ?",
+                [(record.model_dump_json(), memory_id) for memory_id, record in changed.items()],
+            )
+            return builtins.list(changed)
+
+        return self._file.write(apply)
+
     def delete(self, scope: Filter, reason: str | None = None) -> list[str]:
         where, params = _where(scope)
 
@@ -495,7 +522,7 @@ class SQLiteStore(MemoryStore):
                 self._add_history(conn, HistoryEvent.DELETE, gone, None, reason)
             return [_record(body).id for _, body in rows]
 
-        return self._write(remove)
+        return self._file.write(remove)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -504,7 +531,7 @@ class SQLiteStore(MemoryStore):
             return []
         narrowed = scope.model_copy(update={"ids": tuple(ids)})
         where, params = _where(narrowed)
-        with self._read() as conn:
+        with self._file.read() as conn:
             rows = conn.execute(f"SELECT m.body FROM memories AS m WHERE {where}", params)
             found = {record.id: record for record in map(_record, (r[0] for r in rows))}
         return [found[i] for i in ids if i in found]
@@ -514,7 +541,7 @@ class SQLiteStore(MemoryStore):
             return {}
         narrowed = scope.model_copy(update={"ids": tuple(ids)})
         where, params = _where(narrowed)
-        with self._read() as conn:
+        with self._file.read() as conn:
             rows = conn.execute(
                 f"SELECT m.id, v.embedding FROM memories AS m"
                 f" JOIN memory_vectors AS v ON v.rowid = m.rowid WHERE {where}",
@@ -533,7 +560,7 @@ class SQLiteStore(MemoryStore):
                 raise ValidationError("is not a cursor this store issued", field="cursor") from exc
             where += " AND (m.created_at, m.rowid) > (?, ?)"
             params += [created, rowid]
-        with self._read() as conn:
+        with self._file.read() as conn:
             rows = conn.execute(
                 f"SELECT m.created_at, m.rowid, m.body FROM memories AS m WHERE {where}"
                 " ORDER BY m.created_at, m.rowid LIMIT ?",
@@ -546,7 +573,7 @@ class SQLiteStore(MemoryStore):
 
     def count(self, scope: Filter) -> int:
         where, params = _where(scope)
-        with self._read() as conn:
+        with self._file.read() as conn:
             row = conn.execute(f"SELECT COUNT(*) FROM memories AS m WHERE {where}", params)
             return int(row.fetchone()[0])
 
@@ -556,7 +583,7 @@ class SQLiteStore(MemoryStore):
         if scope.user_id is not None:
             conditions.append("user_id = ?")
             params.append(scope.user_id)
-        with self._read() as conn:
+        with self._file.read() as conn:
             rows = conn.execute(
                 "SELECT memory_id, version, event, old, new, reason, at FROM memory_history"
                 f" WHERE {' AND '.join(conditions)} ORDER BY seq",
@@ -581,7 +608,7 @@ class SQLiteStore(MemoryStore):
         user = query.filter.require_user()
         if query.vector is not None:
             self._check_vector(query.vector)
-        with self._read() as conn:
+        with self._file.read() as conn:
             conn.execute("BEGIN")  # one snapshot for versions, vectors and words
             try:
                 narrowing = _where(query.filter) if _has_extra_conditions(query.filter) else None
@@ -689,12 +716,7 @@ class SQLiteStore(MemoryStore):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        self._closed = True
-        with self._connections_lock:
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
-        self._local = threading.local()
+        self._file.close()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
