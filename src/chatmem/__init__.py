@@ -1,5 +1,8 @@
 """chatmem: a memory layer for chat agents that runs offline."""
 
+from chatmem.blocks import FactExtractionBlock, MemoryBlock, StaticBlock, VectorBlock
+from chatmem.consolidation import consolidate, reflect
+from chatmem.decay import enforce_quota, sweep_decay
 from chatmem.embeddings import Embedder, LocalEmbedder, OpenAIEmbedder
 from chatmem.errors import (
     ChatmemError,
@@ -9,12 +12,19 @@ from chatmem.errors import (
     EmbedderMismatchError,
     EmbeddingError,
     ImportFormatError,
+    LLMError,
+    LLMResponseError,
+    LLMUnavailableError,
     NotFoundError,
     StoreError,
     StoreUnavailableError,
     ValidationError,
 )
+from chatmem.extraction import Extractor, Fact, LLMExtractor, OfflineExtractor
+from chatmem.llm import ChatModel, ModelConfig, ModelRegistry, ModelRole, OpenAIChatModel
 from chatmem.long_term import AsyncLongTermMemory, LongTermMemory
+from chatmem.memory import Extraction, Memory
+from chatmem.messages import Message, MessageMetadata, MessageSource, Role, SessionKey
 from chatmem.ranking import RankingConfig
 from chatmem.records import (
     AccessControl,
@@ -33,44 +43,124 @@ from chatmem.records import (
     Source,
     TimeInfo,
 )
+from chatmem.retrieval import (
+    AsyncRetriever,
+    Decision,
+    DecisionRules,
+    Query,
+    RerankWeights,
+    Retrieval,
+    RetrievedMemory,
+    Retriever,
+    UsageRecorder,
+)
+from chatmem.sessions import (
+    InMemorySessionStore,
+    SessionStore,
+    SQLiteSessionStore,
+    open_session_store,
+)
+from chatmem.short_term import OverflowPolicy, ShortTermMemory
 from chatmem.stores import MemoryStore, open_store
+from chatmem.tokens import TokenCounter
+from chatmem.worker import (
+    ExtractionScheduler,
+    InMemoryOutbox,
+    Outbox,
+    SQLiteOutbox,
+    Triggers,
+    Worker,
+)
+from chatmem.write_policy import WriteConfig, WritePolicy, WriteReport
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AccessControl",
     "AsyncLongTermMemory",
+    "AsyncRetriever",
+    "ChatModel",
     "ChatmemError",
     "ConfigError",
     "ConflictError",
     "Content",
+    "Decision",
+    "DecisionRules",
     "DimensionError",
-    "EmbedderMismatchError",
     "Embedder",
+    "EmbedderMismatchError",
     "EmbeddingError",
+    "Extraction",
+    "ExtractionScheduler",
+    "Extractor",
+    "Fact",
+    "FactExtractionBlock",
     "Filter",
     "HistoryEntry",
     "HistoryEvent",
     "ImportFormatError",
+    "InMemoryOutbox",
+    "InMemorySessionStore",
+    "LLMError",
+    "LLMExtractor",
+    "LLMResponseError",
+    "LLMUnavailableError",
     "LocalEmbedder",
     "LongTermMemory",
+    "Memory",
+    "MemoryBlock",
     "MemoryMetadata",
     "MemoryRecord",
     "MemoryStore",
     "MemoryType",
+    "Message",
+    "MessageMetadata",
+    "MessageSource",
+    "ModelConfig",
+    "ModelRegistry",
+    "ModelRole",
     "NotFoundError",
+    "OfflineExtractor",
+    "OpenAIChatModel",
     "OpenAIEmbedder",
+    "Outbox",
+    "OverflowPolicy",
     "Page",
+    "Query",
     "RankingConfig",
     "Relation",
     "RelationType",
+    "RerankWeights",
+    "Retrieval",
+    "RetrievedMemory",
+    "Retriever",
+    "Role",
+    "SQLiteOutbox",
+    "SQLiteSessionStore",
     "Scope",
     "SearchResult",
+    "SessionKey",
+    "SessionStore",
+    "ShortTermMemory",
     "Source",
+    "StaticBlock",
     "StoreError",
     "StoreUnavailableError",
     "TimeInfo",
+    "TokenCounter",
+    "Triggers",
+    "UsageRecorder",
     "ValidationError",
+    "VectorBlock",
+    "Worker",
+    "WriteConfig",
+    "WritePolicy",
+    "WriteReport",
     "__version__",
+    "consolidate",
+    "enforce_quota",
+    "open_session_store",
     "open_store",
+    "reflect",
+    "sweep_decay",
 ]

@@ -11,6 +11,10 @@ Every error chatmem raises on purpose derives from :class:`ChatmemError`::
     ├── ConflictError            an update raced another one (stale version)
     ├── EmbeddingError           the embedder failed
     │   └── EmbedderMismatchError  the store was built with another model or dimension
+    ├── LLMError                 a language model gave no usable answer
+    │   ├── LLMUnavailableError  HTTP error, timeout or connection failure, after the retries
+    │   └── LLMResponseError     an answer came but was not usable (empty, or no valid JSON
+    │                            after the one repair retry); ``raw`` holds its text, truncated
     └── StoreError               the backend failed; the backend's exception is ``__cause__``
         └── StoreUnavailableError  the backend cannot be reached or opened
 
@@ -67,6 +71,32 @@ class EmbeddingError(ChatmemError):
 
 class EmbedderMismatchError(EmbeddingError):
     """The store was created with a different embedding model or dimension."""
+
+
+class LLMError(ChatmemError):
+    """A language model gave no usable answer."""
+
+
+class LLMUnavailableError(LLMError):
+    """The model could not be reached or kept failing (HTTP error, timeout, connection).
+
+    ``status_code`` is the last HTTP status, when an answer came at all.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        self.status_code = status_code
+        super().__init__(message)
+
+
+class LLMResponseError(LLMError):
+    """The model answered, but not usably. ``raw`` is the answer's text, truncated."""
+
+    #: Most characters of the raw answer kept on the error (answers can be long).
+    RAW_LIMIT = 2000
+
+    def __init__(self, message: str, *, raw: str | None = None) -> None:
+        self.raw = raw if raw is None or len(raw) <= self.RAW_LIMIT else raw[: self.RAW_LIMIT] + "…"
+        super().__init__(message)
 
 
 class StoreError(ChatmemError):
