@@ -1,12 +1,20 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from chatmem import LocalEmbedder, LongTermMemory
 from chatmem.stores import SQLiteStore
+
+# CI replays the same examples on every run (a landing must not hang on a lucky draw);
+# local runs draw fresh ones, and what they find is pinned with @example.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CHATMEM_HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["CHATMEM_HYPOTHESIS_PROFILE"])
 
 
 @pytest.fixture(scope="session")

@@ -54,11 +54,13 @@ class ImportFormatError(ValidationError):
 
 
 class NotFoundError(ChatmemError):
-    """No memory with that id is visible to the caller."""
+    """No memory (or other ``what``: a key, a response) with that id is visible to the
+    caller."""
 
-    def __init__(self, memory_id: str) -> None:
+    def __init__(self, memory_id: str, *, what: str = "memory") -> None:
         self.memory_id = memory_id
-        super().__init__(f"memory {memory_id!r} not found")
+        self.what = what
+        super().__init__(f"{what} {memory_id!r} not found")
 
 
 class ConflictError(ChatmemError):

@@ -1137,10 +1137,15 @@ class Retriever:
         tenant_id: str = "default",
         types: Collection[MemoryType] | None = None,
         now: datetime | None = None,
+        k: int | None = None,
+        threshold: float | None = None,
     ) -> Retrieval:
         """Decide, build the query, search, expand, inject and record the use, for one
-        request of ``user_id``. Never raises for a failing store or embedder (F2)."""
+        request of ``user_id``; ``k`` and ``threshold`` override the retriever's for this
+        request. Never raises for a failing store or embedder (F2)."""
         Filter.checked({"tenant_id": tenant_id, "user_id": user_id}, "filter")
+        limits = (self.k if k is None else k, self.threshold if threshold is None else threshold)
+        _check_search(*limits)
         timings: dict[str, float] = {}
         began = time.perf_counter()
         decision = _timed(timings, "decision", lambda: decide(messages, self.rules))
@@ -1148,7 +1153,7 @@ class Retriever:
             return self._done(decision, None, messages, timings, began)
         query = _timed(timings, "query", lambda: self._query(messages))
         moment = now or utcnow()
-        outcome = self._search(query, user_id, tenant_id, types, moment)
+        outcome = self._search(query, user_id, tenant_id, types, moment, limits)
         if isinstance(outcome, str):
             timings["search"] = (time.perf_counter() - began) * 1000 - sum(timings.values())
             return self._done(decision, query, messages, timings, began, degraded=outcome)
@@ -1198,9 +1203,10 @@ class Retriever:
         tenant_id: str,
         types: Collection[MemoryType] | None,
         now: datetime,
+        limits: tuple[int, float],
     ) -> _Found | str:
         """Search and expand in the pool within the time budget; a string says why not."""
-        future = self._pool.submit(self._find, query, user_id, tenant_id, types, now)
+        future = self._pool.submit(self._find, query, user_id, tenant_id, types, now, limits)
         try:
             return future.result(timeout=self.search_budget_ms / 1000)
         except FutureTimeout:
@@ -1228,6 +1234,7 @@ class Retriever:
         tenant_id: str,
         types: Collection[MemoryType] | None,
         now: datetime,
+        limits: tuple[int, float],
     ) -> _Found:
         began = time.perf_counter()
         hits = search(
@@ -1235,8 +1242,8 @@ class Retriever:
             query,
             user_id=user_id,
             tenant_id=tenant_id,
-            k=self.k,
-            threshold=self.threshold,
+            k=limits[0],
+            threshold=limits[1],
             types=types,
             weights=self.weights,
             now=now,
@@ -1295,10 +1302,19 @@ class AsyncRetriever:
         tenant_id: str = "default",
         types: Collection[MemoryType] | None = None,
         now: datetime | None = None,
+        k: int | None = None,
+        threshold: float | None = None,
     ) -> Retrieval:
         """As ``Retriever.retrieve``."""
         return await asyncio.to_thread(
-            self.sync.retrieve, messages, user_id=user_id, tenant_id=tenant_id, types=types, now=now
+            self.sync.retrieve,
+            messages,
+            user_id=user_id,
+            tenant_id=tenant_id,
+            types=types,
+            now=now,
+            k=k,
+            threshold=threshold,
         )
 
     async def close(self) -> None:

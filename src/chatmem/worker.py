@@ -195,6 +195,12 @@ class Outbox(ABC):
             self.enqueue(key, messages)
 
     @abstractmethod
+    def discard_user(self, tenant_id: str, user_id: str) -> int:
+        """Delete every batch of one user, whatever its state (a user forgotten leaves no
+        messages behind in the queue); returns how many there were. A batch a worker holds
+        at that moment may still be written."""
+
+    @abstractmethod
     def claim(self, limit: int = 1) -> list[Batch]:
         """Lease up to ``limit`` batches that are due (see :func:`claimable`)."""
 
@@ -331,6 +337,17 @@ class InMemoryOutbox(Outbox):
                 s.batch for s in self._slots.values() if state is None or s.batch.state is state
             ]
         return found[:limit]
+
+    def discard_user(self, tenant_id: str, user_id: str) -> int:
+        with self._lock:
+            gone = [
+                batch_id
+                for batch_id, slot in self._slots.items()
+                if slot.batch.key.tenant_id == tenant_id and slot.batch.key.user_id == user_id
+            ]
+            for batch_id in gone:
+                del self._slots[batch_id]
+            return len(gone)
 
     def counts(self) -> dict[BatchState, int]:
         with self._lock:
@@ -536,6 +553,16 @@ class SQLiteOutbox(Outbox):
             ).fetchall()
         return [_batch_of(row) for row in rows]
 
+    def discard_user(self, tenant_id: str, user_id: str) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            cursor = conn.execute(
+                "DELETE FROM extraction_batches WHERE tenant_id = ? AND user_id = ?",
+                (tenant_id, user_id),
+            )
+            return int(cursor.rowcount)
+
+        return self._file.write(work)
+
     def counts(self) -> dict[BatchState, int]:
         with self._file.read() as conn:
             rows = conn.execute(
@@ -709,6 +736,12 @@ class ExtractionScheduler:
         """Drop what is kept of a session."""
         with self._lock:
             self._sessions.pop(key, None)
+
+    def forget_user(self, tenant_id: str, user_id: str) -> None:
+        """Drop what is kept of every session of one user (buffered messages included)."""
+        with self._lock:
+            for key in [k for k in self._sessions if k[:2] == (tenant_id, user_id)]:
+                del self._sessions[key]
 
     def _state(self, key: SessionKey) -> _SessionState:
         state = self._sessions.get(key)

@@ -1,0 +1,310 @@
+"""The FastAPI app factory: ``create_app(config)`` builds a service with its own runtime.
+
+Routes live in routers by concern (``chat``, ``responses``, ``memory_api``, ``sessions_api``,
+``admin``); this module holds what they share: the runtime, who the caller is, the error
+shape, request metrics, and health.
+
+Every error is JSON in OpenAI's shape, so an OpenAI SDK shows it as it would OpenAI's::
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "user_id",
+               "code": "validation_error"}}
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from chatmem import __version__
+from chatmem.errors import (
+    ChatmemError,
+    ConflictError,
+    LLMError,
+    NotFoundError,
+    StoreError,
+    ValidationError,
+)
+from chatmem.server.auth import KEY_PREFIX, Principal
+from chatmem.server.config import ServiceConfig
+from chatmem.server.metrics import CONTENT_TYPE
+from chatmem.server.runtime import Runtime
+
+logger = logging.getLogger("chatmem.server")
+
+TENANT_HEADER = "X-Chatmem-Tenant"
+
+
+class ApiError(Exception):
+    """An error answered as JSON with ``status``."""
+
+    def __init__(
+        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+    ) -> None:
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        super().__init__(message)
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+#: The error responses every route documents.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "The request is invalid (the error names why)."},
+    401: {"model": ErrorBody, "description": "No key, or an unknown or revoked one."},
+    403: {"model": ErrorBody, "description": "The key may not do this."},
+    404: {"model": ErrorBody, "description": "Nothing with that id is visible to the key."},
+}
+
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+          404: "not_found_error", 409: "conflict_error", 502: "upstream_error",
+          503: "service_unavailable"}  # fmt: skip
+
+
+def error_response(
+    status: int, message: str, *, param: str | None = None, code: str | None = None
+) -> JSONResponse:
+    kind = _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status)
+
+
+def runtime_of(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(runtime_of)]
+
+
+def _key_of(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(401, "Authorization must be 'Bearer <key>'", code="invalid_api_key")
+        return token.strip()
+    return request.headers.get("x-api-key")
+
+
+def principal_of(request: Request) -> Principal:
+    """The caller: a key's tenant and roles, the admin, or the anonymous tenant.
+
+    A bearer token that chatmem did not issue (not ``cm-…``, and not a key of the config
+    file) counts as no key: an OpenAI SDK always sends one, and with
+    ``upstream.pass_authorization`` it is the upstream's key, not chatmem's."""
+    runtime = runtime_of(request)
+    key = _key_of(request)
+    principal = runtime.keys.authenticate(key) if key is not None else None
+    if principal is not None:
+        return principal
+    if key is not None and key.startswith(KEY_PREFIX):
+        raise ApiError(401, "unknown or revoked API key", code="invalid_api_key")
+    anonymous = runtime.config.auth.anonymous_tenant
+    if anonymous is None:
+        raise ApiError(401, "an API key is required", code="missing_api_key")
+    return Principal(anonymous)
+
+
+PrincipalDep = Annotated[Principal, Depends(principal_of)]
+
+
+def tenant_of(request: Request, principal: PrincipalDep) -> str:
+    """The tenant a data request acts for: the key's own; the admin names one in the
+    ``X-Chatmem-Tenant`` header. Ids in the body never choose the tenant."""
+    if principal.tenant_id is not None:
+        return principal.tenant_id
+    named = request.headers.get(TENANT_HEADER)
+    if not named:
+        raise ApiError(400, f"the admin key acts for the tenant named in {TENANT_HEADER}",
+                       param=TENANT_HEADER, code="missing_tenant")  # fmt: skip
+    return named
+
+
+TenantDep = Annotated[str, Depends(tenant_of)]
+
+
+def require_admin(principal: PrincipalDep) -> Principal:
+    if not principal.is_admin:
+        raise ApiError(403, "this needs the admin key", code="admin_only")
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(require_admin)]
+
+
+def require_memory(runtime: RuntimeDep) -> Runtime:
+    """Memory routes answer 503 while memory is off (F1), saying why."""
+    if runtime.long_term is None:
+        why = runtime.memory_error or "memory.enabled is false"
+        raise ApiError(503, f"memory is off: {why}", code="memory_unavailable")
+    return runtime
+
+
+MemoryRuntimeDep = Annotated[Runtime, Depends(require_memory)]
+
+
+def _register_errors(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.message, param=exc.param, code=exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+        param = ".".join(where) or None
+        message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+        text = f"{param}: {message}" if param else message
+        return error_response(400, text, param=param, code="validation_error")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), code="http_error")
+
+    @app.exception_handler(ValidationError)
+    async def rejected(_: Request, exc: ValidationError) -> JSONResponse:
+        return error_response(400, str(exc), param=exc.field, code="validation_error")
+
+    @app.exception_handler(NotFoundError)
+    async def not_found(_: Request, exc: NotFoundError) -> JSONResponse:
+        return error_response(404, str(exc), code="not_found")
+
+    @app.exception_handler(ConflictError)
+    async def conflict(_: Request, exc: ConflictError) -> JSONResponse:
+        return error_response(409, str(exc), code="conflict")
+
+    @app.exception_handler(StoreError)
+    async def store_down(_: Request, exc: StoreError) -> JSONResponse:
+        logger.error("store error: %s", exc)
+        return error_response(503, f"memory store unavailable: {exc}", code="store_unavailable")
+
+    @app.exception_handler(LLMError)
+    async def model_down(_: Request, exc: LLMError) -> JSONResponse:
+        return error_response(502, f"model error: {exc}", code="model_error")
+
+    @app.exception_handler(ChatmemError)
+    async def other(_: Request, exc: ChatmemError) -> JSONResponse:
+        return error_response(400, str(exc), code=type(exc).__name__)
+
+
+def _register_metrics(app: FastAPI) -> None:
+    @app.middleware("http")
+    async def timed(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        began = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        runtime: Runtime | None = getattr(request.app.state, "runtime", None)
+        if runtime is not None:
+            runtime.metrics.request_seconds.labels(
+                path, request.method, f"{response.status_code // 100}xx"
+            ).observe(time.perf_counter() - began)
+        return response
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+
+
+class Readiness(BaseModel):
+    status: str
+    memory: str
+    memory_error: str | None = None
+    database: str
+    upstream: str
+    extraction_queue: int
+
+
+def _register_health(app: FastAPI) -> None:
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> Health:
+        """Liveness: the process answers."""
+        return Health(status="ok", version=__version__)
+
+    @app.get("/readyz", tags=["health"], responses={503: {"model": Readiness}})
+    def readyz(runtime: RuntimeDep) -> JSONResponse:
+        """Readiness: 200 when chat can be served (memory off still serves chat, and says
+        so); 503 when no upstream model is configured."""
+        upstream = runtime.config.upstream.base_url
+        body = Readiness(
+            status="ready" if upstream else "no upstream",
+            memory="on" if runtime.memory_on else "off",
+            memory_error=runtime.memory_error,
+            database="memory only" if runtime.database_error else "ok",
+            upstream=upstream or "not configured",
+            extraction_queue=runtime.queue_depth(),
+        )
+        return JSONResponse(body.model_dump(), status_code=200 if upstream else 503)
+
+    @app.get("/metrics", tags=["health"], response_class=Response)
+    def metrics(runtime: RuntimeDep) -> Response:
+        """Prometheus metrics of this service."""
+        return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None = None) -> FastAPI:
+    """A service for ``config`` (defaults when None). Its runtime is started when the app
+    starts (or given, already started, as ``runtime``) and closed when it stops."""
+    from chatmem.server import admin, chat, memory_api, responses, sessions_api
+
+    config = config or (runtime.config if runtime is not None else ServiceConfig())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        started = runtime or Runtime.start(config)
+        app.state.runtime = started
+        async with chat.upstream_client(started) as client:
+            app.state.upstream = client
+            try:
+                yield
+            finally:
+                started.close()
+
+    app = FastAPI(
+        title="chatmem",
+        version=__version__,
+        summary="A memory layer for chat agents: an OpenAI-compatible proxy with memory, "
+        "the Responses API, and a REST API for memories and sessions.",
+        lifespan=lifespan,
+        responses=ERRORS,
+    )
+    _register_errors(app)
+    _register_metrics(app)
+    _register_health(app)
+    for module in (chat, responses, memory_api, sessions_api, admin):
+        app.include_router(module.router)
+    return app
+
+
+__all__ = [
+    "ApiError",
+    "ErrorBody",
+    "create_app",
+    "error_response",
+    "principal_of",
+    "runtime_of",
+    "tenant_of",
+]

@@ -1,0 +1,230 @@
+"""API keys bound to tenants and roles (SPEC A6, L7).
+
+A key is a random token shown once; the service keeps only its SHA-256. Every request is
+answered for the tenant of its key, whatever ids it sends, so one tenant's key can never
+name another tenant's data. The admin key manages keys and tenants and holds no tenant of
+its own (it names one with ``X-Chatmem-Tenant``).
+
+Keys come from the config file (fixed) and from the admin API (kept in the service's
+SQLite file, revocable). Lookups are cached in memory, so checking a key costs a dict read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chatmem.errors import NotFoundError, ValidationError
+from chatmem.records import new_id
+from chatmem.stores.sqlite import SQLiteFile
+
+KEY_PREFIX = "cm-"
+ADMIN = "admin"
+
+MIGRATIONS_TABLE = "chatmem_keys_migrations"
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE api_keys (
+        key_id TEXT PRIMARY KEY,
+        digest TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        roles TEXT NOT NULL,
+        name TEXT,
+        created_at INTEGER NOT NULL,
+        revoked_at INTEGER
+    );
+    CREATE INDEX api_keys_by_tenant ON api_keys (tenant_id);
+    """,
+)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request is: a tenant and its roles, or the admin (``tenant_id`` None)."""
+
+    tenant_id: str | None
+    roles: frozenset[str] = field(default_factory=frozenset)
+    key_id: str | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return ADMIN in self.roles and self.tenant_id is None
+
+    def may_read(self, allowed_roles: list[str]) -> bool:
+        """A memory that names roles is read only by keys holding one of them."""
+        return not allowed_roles or self.is_admin or bool(self.roles.intersection(allowed_roles))
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    key_id: str
+    tenant_id: str
+    roles: list[str]
+    name: str | None
+    created_at: int
+    revoked: bool
+    source: str  # "config" or "api"
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def check_tenant(tenant_id: str) -> str:
+    if not tenant_id or len(tenant_id) > 256:
+        raise ValidationError("must be 1 to 256 characters", field="tenant_id")
+    return tenant_id
+
+
+def check_roles(roles: list[str]) -> list[str]:
+    for index, role in enumerate(roles):
+        if not role or len(role) > 64 or role == ADMIN:
+            raise ValidationError(
+                "a role is 1 to 64 characters and not 'admin'", field=f"roles[{index}]"
+            )
+    return sorted(set(roles))
+
+
+class KeyStore:
+    """Keys by digest: the admin key and the config's keys in memory, the rest in SQLite
+    (``path`` None keeps them in memory too, for a service whose database is unavailable)."""
+
+    def __init__(self, path: str | Path | None, *, admin_key: str | None = None) -> None:
+        self._file = SQLiteFile(path) if path is not None else None
+        if self._file is not None:
+            self._file.migrate(MIGRATIONS, table=MIGRATIONS_TABLE)
+        self._admin = digest(admin_key) if admin_key else None
+        self._fixed: dict[str, KeyInfo] = {}
+        self._made: dict[str, KeyInfo] = {}  # api keys when there is no file
+        self._cache: dict[str, Principal | None] = {}
+        self._lock = threading.Lock()
+
+    def add_fixed(self, key: str, tenant_id: str, roles: list[str], name: str | None) -> None:
+        """A key from the config file (never revoked through the API)."""
+        info = KeyInfo(
+            f"config:{digest(key)[:12]}",
+            check_tenant(tenant_id),
+            check_roles(roles),
+            name,
+            0,
+            False,
+            "config",
+        )
+        self._fixed[digest(key)] = info
+
+    def authenticate(self, key: str) -> Principal | None:
+        """The principal of a key; None for an unknown or revoked key."""
+        hashed = digest(key)
+        if self._admin is not None and hmac.compare_digest(hashed, self._admin):
+            return Principal(None, frozenset({ADMIN}))
+        with self._lock:
+            if hashed in self._cache:
+                return self._cache[hashed]
+        info = self._fixed.get(hashed) or self._lookup(hashed)
+        principal = None
+        if info is not None and not info.revoked:
+            principal = Principal(info.tenant_id, frozenset(info.roles), info.key_id)
+        with self._lock:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[hashed] = principal
+        return principal
+
+    def create(
+        self, tenant_id: str, roles: list[str], name: str | None = None
+    ) -> tuple[str, KeyInfo]:
+        """A new key for ``tenant_id``; the key itself is returned here and never again."""
+        key = new_key()
+        info = KeyInfo(
+            "key_" + new_id(),
+            check_tenant(tenant_id),
+            check_roles(roles),
+            name,
+            int(time.time() * 1000),
+            False,
+            "api",
+        )
+        if self._file is None:
+            self._made[digest(key)] = info
+        else:
+            row = (info.key_id, digest(key), info.tenant_id, ",".join(info.roles), name)
+            self._file.write(
+                lambda conn: conn.execute(
+                    "INSERT INTO api_keys (key_id, digest, tenant_id, roles, name, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (*row, info.created_at),
+                )
+            )
+        return key, info
+
+    def revoke(self, key_id: str) -> KeyInfo:
+        """Revoke an API-made key at once (cached lookups are dropped)."""
+        found = [k for k in self.keys() if k.key_id == key_id]
+        if not found or found[0].source != "api":
+            raise NotFoundError(key_id, what="API key")
+        now = int(time.time() * 1000)
+        if self._file is None:
+            for hashed, info in list(self._made.items()):
+                if info.key_id == key_id:
+                    self._made[hashed] = _revoked(info)
+        else:
+            self._file.write(
+                lambda conn: conn.execute(
+                    "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+                    (now, key_id),
+                )
+            )
+        with self._lock:
+            self._cache.clear()
+        return _revoked(found[0])
+
+    def keys(self, tenant_id: str | None = None) -> list[KeyInfo]:
+        """Every key (or one tenant's), config keys first, then by creation."""
+        found = list(self._fixed.values()) + list(self._made.values())
+        if self._file is not None:
+            with self._file.read() as conn:
+                rows = conn.execute(
+                    "SELECT key_id, tenant_id, roles, name, created_at, revoked_at"
+                    " FROM api_keys ORDER BY created_at, key_id"
+                ).fetchall()
+            found += [_row_info(row) for row in rows]
+        return [k for k in found if tenant_id is None or k.tenant_id == tenant_id]
+
+    def _lookup(self, hashed: str) -> KeyInfo | None:
+        if self._file is None:
+            return self._made.get(hashed)
+        with self._file.read() as conn:
+            row = conn.execute(
+                "SELECT key_id, tenant_id, roles, name, created_at, revoked_at"
+                " FROM api_keys WHERE digest = ?",
+                (hashed,),
+            ).fetchone()
+        return None if row is None else _row_info(row)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def _row_info(row: tuple[Any, ...]) -> KeyInfo:
+    roles = [role for role in row[2].split(",") if role]
+    return KeyInfo(row[0], row[1], roles, row[3], row[4], row[5] is not None, "api")
+
+
+def _revoked(info: KeyInfo) -> KeyInfo:
+    return KeyInfo(
+        info.key_id, info.tenant_id, info.roles, info.name, info.created_at, True, info.source
+    )
+
+
+__all__ = ["ADMIN", "KeyInfo", "KeyStore", "Principal", "digest", "new_key"]

@@ -1,0 +1,465 @@
+"""The OpenAI-compatible chat proxy, ``POST /v1/chat/completions`` (SPEC A1, R1–R5, F1–F4).
+
+One request: find the memory user (``memory_context.user_id``, else ``user``, else the
+``X-Chatmem-User`` header) → decide, build the query, search and inject (the retrieval
+pipeline, within its time budget) → forward to the upstream model, streamed or not → return
+its answer as it came → then, off the request path, append the new turn to the session and
+queue extraction.
+
+Memory never turns a chat into an error: a failed or slow search sends the request on
+without memory (``X-Chatmem-Memory: degraded``). The upstream's own errors are passed through
+with their status and body. The headers ``X-Chatmem-Memory`` (injected, empty, skipped,
+degraded, off), ``X-Chatmem-Memory-Count`` and ``X-Chatmem-Memory-Reason`` say what memory
+did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import httpx
+from fastapi import APIRouter, BackgroundTasks, Body, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from chatmem.errors import ChatmemError
+from chatmem.messages import Message, Role, SessionKey
+from chatmem.records import MemoryType
+from chatmem.retrieval import insert_system
+from chatmem.server.app import ApiError, RuntimeDep, TenantDep, error_response
+from chatmem.server.runtime import Runtime
+
+logger = logging.getLogger("chatmem.server.chat")
+
+router = APIRouter(tags=["chat"])
+
+USER_HEADER = "X-Chatmem-User"
+SESSION_HEADER = "X-Chatmem-Session"
+DEFAULT_SESSION = "default"
+_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+#: Request headers passed on to the upstream (the rest are chatmem's or hop-by-hop).
+_FORWARDED = ("openai-organization", "openai-project", "openai-beta")
+
+Id = Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class MemoryContext(BaseModel):
+    """Whose memory a request reads and feeds (the design's ``memory_context``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Id
+    project_id: Id | None = None
+    session_id: Id | None = None
+
+
+class MemoryOptions(BaseModel):
+    """Per-request memory settings (the design's ``memory_config``); unset fields take the
+    service's config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    memory_types: list[MemoryType] | None = Field(default=None, min_length=1)
+    retrieval_limit: int | None = Field(default=None, ge=1, le=100)
+    similarity_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    auto_store: bool | None = None
+
+
+class ChatRequest(BaseModel):
+    """An OpenAI chat completion request; fields chatmem does not read pass through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    stream: bool = False
+    user: str | None = Field(default=None, max_length=256)
+    memory_context: MemoryContext | None = None
+    memory_config: MemoryOptions | None = None
+
+
+@dataclass
+class Prepared:
+    """What memory did for one request, and what to send upstream."""
+
+    messages: list[dict[str, Any]]
+    outcome: str  # injected, empty, skipped, degraded, off
+    reason: str = ""
+    memories: list[dict[str, Any]] = field(default_factory=list)
+    key: SessionKey | None = None
+    store: bool = False
+    extract: bool = False
+    memory_ms: float = 0.0
+
+    def headers(self) -> dict[str, str]:
+        headers = {
+            "X-Chatmem-Memory": self.outcome,
+            "X-Chatmem-Memory-Count": str(len(self.memories)),
+        }
+        if self.reason:
+            headers["X-Chatmem-Memory-Reason"] = _header_safe(self.reason)
+        return headers
+
+    def summary(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "reason": self.reason or None, "memories": self.memories}
+
+
+@asynccontextmanager
+async def upstream_client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
+    """One pooled client per app for the upstream model."""
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+    timeout = httpx.Timeout(runtime.config.upstream.timeout_s, connect=10.0)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+        yield client
+
+
+def check_messages(messages: Sequence[Mapping[str, Any]], field_name: str = "messages") -> None:
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role not in _ROLES:
+            raise ApiError(
+                400,
+                f"{field_name}[{index}].role: must be one of {sorted(_ROLES)}",
+                param=f"{field_name}[{index}].role",
+                code="invalid_role",
+            )
+        content = message.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise ApiError(
+                400,
+                f"{field_name}[{index}].content: must be a string or a list",
+                param=f"{field_name}[{index}].content",
+                code="invalid_content",
+            )
+
+
+def memory_user(
+    context: MemoryContext | None, user: str | None, request: Request
+) -> tuple[str | None, str]:
+    """The memory user and session of a request (user None: memory is off for it)."""
+    header_user = request.headers.get(USER_HEADER) or None
+    user_id = context.user_id if context else (user or header_user)
+    session = (context.session_id if context else None) or request.headers.get(SESSION_HEADER)
+    for name, value in (("user", user_id), ("session", session)):
+        if value is not None and len(value) > 256:
+            raise ApiError(
+                400,
+                f"the memory {name} id is longer than 256 characters",
+                param=name,
+                code="validation_error",
+            )
+    return user_id, session or DEFAULT_SESSION
+
+
+async def prepare(
+    runtime: Runtime,
+    tenant_id: str,
+    user_id: str | None,
+    session_id: str,
+    messages: list[dict[str, Any]],
+    options: MemoryOptions | None,
+) -> Prepared:
+    """Retrieve and inject for one request; never raises for memory's sake (F2, F4)."""
+    options = options or MemoryOptions()
+    auto_store = (
+        runtime.config.memory.auto_store if options.auto_store is None else options.auto_store
+    )
+    if user_id is None:
+        return Prepared(messages, "off", "no memory user (memory_context, user or X-Chatmem-User)")
+    key = SessionKey(tenant_id, user_id, session_id)
+    if not options.enabled:
+        return Prepared(messages, "off", "memory_config.enabled is false")
+    prepared = Prepared(messages, "off", key=key, store=True, extract=auto_store)
+    system = await asyncio.to_thread(_system_memory, runtime, key)
+    if system:
+        prepared.messages = insert_system(messages, system)
+    retriever = runtime.retriever
+    if retriever is None:
+        prepared.reason = runtime.memory_error or "memory is off"
+        runtime.metrics.memory_requests.labels("off").inc()
+        return prepared
+    began = time.perf_counter()
+    try:
+        found = await asyncio.to_thread(
+            retriever.retrieve,
+            prepared.messages,
+            user_id=user_id,
+            tenant_id=tenant_id,
+            types=options.memory_types,
+            k=options.retrieval_limit,
+            threshold=options.similarity_threshold,
+        )
+    except ChatmemError as exc:  # boundary: bad ids or options; memory is left out (F4)
+        logger.warning("Memory: retrieval refused, going on without memory: %s", exc)
+        prepared.outcome, prepared.reason = "degraded", str(exc)
+        return prepared
+    prepared.memory_ms = (time.perf_counter() - began) * 1000
+    runtime.metrics.memory_seconds.observe(prepared.memory_ms / 1000)
+    prepared.messages = found.injected_messages
+    prepared.memories = [
+        {
+            "id": m.record.id,
+            "content": m.record.text,
+            "type": m.record.type.value,
+            "score": round(m.score, 4),
+            "current": m.current,
+        }
+        for m in found.results
+    ]
+    if found.degraded is not None:
+        prepared.outcome, prepared.reason = "degraded", found.degraded
+    elif not found.decision.search:
+        prepared.outcome, prepared.reason = "skipped", found.decision.reason
+        runtime.metrics.memory_skips.labels(found.decision.reason.split(":")[0]).inc()
+    elif found.results:
+        prepared.outcome = "injected"
+        runtime.metrics.memory_hits.inc(len(found.results))
+        logger.info("Memory: injected %d memories for user %s", len(found.results), user_id)
+    else:
+        prepared.outcome, prepared.reason = "empty", "no memory above the threshold"
+    runtime.metrics.memory_requests.labels(prepared.outcome).inc()
+    return prepared
+
+
+def _system_memory(runtime: Runtime, key: SessionKey) -> str | None:
+    try:
+        return runtime.short_term.store.get_text(key.tenant_id, system_text_name(key))
+    except ChatmemError as exc:  # boundary: a session store error leaves it out (F4)
+        logger.warning("Memory: the session's system memory is unreadable: %s", exc)
+        return None
+
+
+def system_text_name(key: SessionKey) -> str:
+    """Where a session's runtime system memory (A5) is kept in the session store."""
+    return f"system/{json.dumps([key.user_id, key.session_id])}"
+
+
+def new_turn(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """The messages a request adds to its session: the user turn after the last assistant
+    message (clients resend the whole history; the session keeps each turn once)."""
+    start = 0
+    for index, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            start = index + 1
+    turn = []
+    for message in messages[start:]:
+        if message.get("role") == "user":
+            text = text_of(message.get("content"))
+            if text.strip():
+                turn.append(Message(role=Role.USER, content=text))
+    return turn
+
+
+def text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, Mapping)
+            and part.get("type") in ("text", "input_text", "output_text")
+        ]
+        return "\n".join(p for p in parts if p)
+    return ""
+
+
+def record_turn(
+    runtime: Runtime, prepared: Prepared, turn: list[Message], answer: str | None
+) -> None:
+    """Append the turn and the answer to the session and queue extraction (runs after the
+    response is sent; failures are logged, never raised)."""
+    if not prepared.store or prepared.key is None:
+        return
+    said = list(turn)
+    if answer:
+        said.append(Message(role=Role.ASSISTANT, content=answer))
+    if not said:
+        return
+    try:
+        runtime.short_term.append(prepared.key, said)
+        if prepared.extract:
+            runtime.observe(prepared.key, said)
+    except ChatmemError as exc:  # boundary: the answer is already sent (F4)
+        logger.warning("Memory: storing the turn of %s failed: %s", prepared.key.session_id, exc)
+    except Exception:  # boundary: a bug here must not kill the server's background tasks
+        logger.exception("Memory: storing the turn failed unexpectedly")
+
+
+def upstream_headers(runtime: Runtime, request: Request) -> dict[str, str]:
+    config = runtime.config.upstream
+    headers = {name: request.headers[name] for name in _FORWARDED if name in request.headers}
+    key = os.environ.get(config.api_key_env) if config.api_key_env else None
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    elif config.pass_authorization and "authorization" in request.headers:
+        headers["Authorization"] = request.headers["authorization"]
+    return headers
+
+
+def upstream_url(runtime: Runtime, path: str) -> str:
+    base = runtime.config.upstream.base_url
+    if base is None:
+        raise ApiError(
+            503, "no upstream model is configured (upstream.base_url)", code="no_upstream"
+        )
+    return f"{base}{path}"
+
+
+def passthrough(response: httpx.Response, extra: Mapping[str, str]) -> Response:
+    """The upstream's answer as it came: status, body and content type."""
+    media = response.headers.get("content-type", "application/json")
+    return Response(
+        response.content, status_code=response.status_code, media_type=media, headers=dict(extra)
+    )
+
+
+def unreachable(exc: httpx.HTTPError, extra: Mapping[str, str]) -> Response:
+    status = 504 if isinstance(exc, httpx.TimeoutException) else 502
+    logger.warning("upstream %s: %s", "timed out" if status == 504 else "unreachable", exc)
+    response = error_response(
+        status,
+        f"upstream model unreachable: {type(exc).__name__}: {exc}",
+        code="upstream_unreachable",
+    )
+    response.headers.update(extra)
+    return response
+
+
+@router.post(
+    "/v1/chat/completions",
+    responses={
+        200: {
+            "description": "The upstream's completion (JSON, or server-sent events "
+            "when stream is true), passed through."
+        },
+        502: {"description": "The upstream could not be reached."},
+    },
+)
+async def chat_completions(
+    body: Annotated[ChatRequest, Body()],
+    request: Request,
+    runtime: RuntimeDep,
+    tenant_id: TenantDep,
+    tasks: BackgroundTasks,
+) -> Response:
+    """An OpenAI chat completion, with the user's memories injected and the turn stored."""
+    check_messages(body.messages)
+    url = upstream_url(runtime, "/chat/completions")
+    user_id, session_id = memory_user(body.memory_context, body.user, request)
+    prepared = await prepare(
+        runtime, tenant_id, user_id, session_id, body.messages, body.memory_config
+    )
+    payload = body.model_dump(exclude_unset=True, exclude={"memory_context", "memory_config"})
+    payload["messages"] = prepared.messages
+    turn = new_turn(body.messages) if prepared.store else []
+    client: httpx.AsyncClient = request.app.state.upstream
+    headers = upstream_headers(runtime, request)
+    if body.stream:
+        return await _stream(client, url, payload, headers, runtime, prepared, turn)
+    try:
+        answer = await client.post(url, json=payload, headers=headers)
+    except httpx.HTTPError as exc:
+        return unreachable(exc, prepared.headers())
+    if answer.status_code != 200:
+        return passthrough(answer, prepared.headers())
+    try:
+        data = answer.json()
+    except ValueError:
+        return passthrough(answer, prepared.headers())
+    tasks.add_task(record_turn, runtime, prepared, turn, _answer_text(data))
+    return JSONResponse(data, headers=prepared.headers())
+
+
+async def _stream(
+    client: httpx.AsyncClient,
+    url: str,
+    payload: dict[str, Any],
+    headers: dict[str, str],
+    runtime: Runtime,
+    prepared: Prepared,
+    turn: list[Message],
+) -> Response:
+    request = client.build_request("POST", url, json=payload, headers=headers)
+    try:
+        upstream = await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        return unreachable(exc, prepared.headers())
+    if upstream.status_code != 200:
+        await upstream.aread()
+        await upstream.aclose()
+        return passthrough(upstream, prepared.headers())
+
+    async def relay() -> AsyncIterator[bytes]:
+        pieces: list[str] = []
+        complete = False
+        try:
+            async for line in upstream.aiter_lines():
+                yield (line + "\n").encode()
+                complete = _collect(line, pieces) or complete
+        except httpx.HTTPError as exc:
+            logger.warning("upstream stream broke off: %s", exc)
+        finally:
+            await upstream.aclose()
+        if complete or pieces:
+            answer = "".join(pieces)
+            await asyncio.to_thread(record_turn, runtime, prepared, turn, answer)
+
+    media = upstream.headers.get("content-type", "text/event-stream")
+    return StreamingResponse(relay(), media_type=media, headers=prepared.headers())
+
+
+def _collect(line: str, pieces: list[str]) -> bool:
+    """Gather a streamed answer's text; True at ``[DONE]``."""
+    if not line.startswith("data:"):
+        return False
+    data = line[5:].strip()
+    if data == "[DONE]":
+        return True
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        return False
+    for choice in chunk.get("choices") or []:
+        if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+            delta = choice.get("delta") or {}
+            if isinstance(delta, Mapping) and isinstance(delta.get("content"), str):
+                pieces.append(delta["content"])
+    return False
+
+
+def _answer_text(data: Any) -> str | None:
+    try:
+        content = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return content if isinstance(content, str) else None
+
+
+def _header_safe(text: str) -> str:
+    return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)[:200]
+
+
+__all__ = [
+    "ChatRequest",
+    "MemoryContext",
+    "MemoryOptions",
+    "Prepared",
+    "check_messages",
+    "memory_user",
+    "new_turn",
+    "prepare",
+    "record_turn",
+    "router",
+    "system_text_name",
+    "upstream_client",
+]

@@ -1,0 +1,307 @@
+"""The service's configuration: one YAML file shaped like the design's ``memory:`` section,
+with environment overrides, validated at start with errors that name the key (SPEC A4).
+
+The file (every key optional; these are the defaults)::
+
+    memory:
+      enabled: true
+      auto_store: true                    # queue extraction after each chat turn
+      store: null                         # a store URI; null: $CHATMEM_STORE or the data dir
+      milvus: {address: null, collection: chatmem, dimension: 384}   # the design's shape
+      embedding: {model: all-MiniLM-L6-v2, dimension: 384}          # or an OpenAI endpoint
+      default_retrieval_limit: 5
+      default_similarity_threshold: 0.6
+      extraction_batch_size: 10           # user turns between extractions
+      search_budget_ms: 50
+      memory_tokens: 1000                 # budget of the injected memories
+      sessions: {store: null, idle_minutes: 30}
+      external_models: []                 # the design's list, by model_role
+    upstream: {base_url: null, api_key_env: null, timeout_s: 60}
+    server: {host: 127.0.0.1, port: 8080, data_dir: null}
+    auth: {anonymous_tenant: default, admin_key_env: null, keys: []}
+    webhooks: {session_end: null}         # {url, secret_env, max_attempts, timeout_s}
+
+``external_models`` may also sit at the top level, as in the design. An environment variable
+``CHATMEM__SECTION__KEY=value`` overrides ``section.key`` (the value is read as YAML, so
+``CHATMEM__MEMORY__DEFAULT_RETRIEVAL_LIMIT=8`` is a number).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from chatmem.errors import ConfigError
+from chatmem.llm.client import ModelRegistry
+
+#: Prefix of the environment variables that override config keys.
+ENV_PREFIX = "CHATMEM__"
+
+LOCAL_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+LOCAL_EMBEDDING_DIMENSION = 384
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MilvusSection(_Section):
+    """The design's Milvus block; ``address`` set makes it the store."""
+
+    address: str | None = None
+    collection: str = Field(default="chatmem", min_length=1)
+    dimension: int = Field(default=LOCAL_EMBEDDING_DIMENSION, ge=1)
+
+
+class EmbeddingSection(_Section):
+    """The local MiniLM by default; with ``base_url``, an OpenAI-compatible endpoint."""
+
+    model: str = LOCAL_EMBEDDING_MODEL
+    dimension: int = Field(default=LOCAL_EMBEDDING_DIMENSION, ge=1)
+    base_url: str | None = None
+    api_key_env: str | None = None
+
+    @model_validator(mode="after")
+    def _local_is_minilm(self) -> EmbeddingSection:
+        if self.base_url is None:
+            if self.model != LOCAL_EMBEDDING_MODEL:
+                raise ValueError(
+                    f"model: only {LOCAL_EMBEDDING_MODEL} runs locally; set base_url for "
+                    f"{self.model!r}"
+                )
+            if self.dimension != LOCAL_EMBEDDING_DIMENSION:
+                raise ValueError(
+                    f"dimension: {LOCAL_EMBEDDING_MODEL} gives {LOCAL_EMBEDDING_DIMENSION}, "
+                    f"not {self.dimension}"
+                )
+        return self
+
+
+class SessionsSection(_Section):
+    #: A session store URI (``sqlite:///…``, ``redis://…``, ``memory://``); None: the
+    #: SQLite file of the memory store, or memory when that store is not SQLite.
+    store: str | None = None
+    #: A session quiet this long is ended (its summary stored, the webhook sent).
+    idle_minutes: float = Field(default=30.0, gt=0)
+    #: Messages of a session kept before the oldest are summarised (the short-term window).
+    max_turns: int = Field(default=40, ge=2)
+
+
+class MemorySection(_Section):
+    enabled: bool = True
+    auto_store: bool = True
+    store: str | None = None
+    milvus: MilvusSection = Field(default_factory=MilvusSection)
+    embedding: EmbeddingSection = Field(default_factory=EmbeddingSection)
+    default_retrieval_limit: int = Field(default=5, ge=1, le=100)
+    default_similarity_threshold: float = Field(default=0.6, ge=0.0, le=1.0)
+    extraction_batch_size: int = Field(default=10, ge=1, le=1000)
+    search_budget_ms: float = Field(default=50.0, gt=0)
+    memory_tokens: int = Field(default=1000, ge=0)
+    sessions: SessionsSection = Field(default_factory=SessionsSection)
+    external_models: list[dict[str, Any]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _dimensions_agree(self) -> MemorySection:
+        if self.milvus.address is not None and self.milvus.dimension != self.embedding.dimension:
+            raise ValueError(
+                f"milvus.dimension ({self.milvus.dimension}) must match embedding.dimension "
+                f"({self.embedding.dimension})"
+            )
+        return self
+
+    def store_uri(self) -> str | None:
+        """The store to open: ``store``, else the design's Milvus block, else None (default)."""
+        if self.store is not None:
+            return self.store
+        if self.milvus.address is not None:
+            address = self.milvus.address
+            scheme = "" if "://" in address else "milvus://"
+            return f"{scheme}{address}?prefix={self.milvus.collection}"
+        return None
+
+
+class UpstreamSection(_Section):
+    """The model chat requests are forwarded to (an OpenAI-compatible ``/v1`` base URL)."""
+
+    base_url: str | None = None
+    api_key_env: str | None = None
+    #: Forward the caller's Authorization header when no key is configured here.
+    pass_authorization: bool = False
+    timeout_s: float = Field(default=60.0, gt=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/") if value else value
+
+
+class ServerSection(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    #: Holds service.db (keys, response chains, the extraction queue, sessions) and, when
+    #: ``memory.store`` is not set, the memory store chatmem.db. None: $XDG_DATA_HOME/chatmem.
+    data_dir: str | None = None
+    #: Completed responses kept for ``previous_response_id`` chains, per tenant.
+    max_responses: int = Field(default=10_000, ge=1)
+
+
+class KeyEntry(_Section):
+    """A key given in the file (keys made through the admin API live in the database)."""
+
+    key: str | None = Field(default=None, min_length=16, repr=False)
+    key_env: str | None = None
+    tenant: str = Field(min_length=1)
+    roles: list[str] = Field(default_factory=list)
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> KeyEntry:
+        if (self.key is None) == (self.key_env is None):
+            raise ValueError("give exactly one of key and key_env")
+        return self
+
+
+class AuthSection(_Section):
+    #: The tenant of requests that carry no key; None makes a key required everywhere.
+    anonymous_tenant: str | None = "default"
+    admin_key: str | None = Field(default=None, min_length=16, repr=False)
+    admin_key_env: str | None = None
+    keys: list[KeyEntry] = Field(default_factory=list)
+
+
+class WebhookTarget(_Section):
+    url: str
+    secret: str | None = Field(default=None, repr=False)
+    secret_env: str | None = None
+    max_attempts: int = Field(default=5, ge=1, le=20)
+    timeout_s: float = Field(default=5.0, gt=0)
+    backoff_s: float = Field(default=0.5, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+
+class WebhooksSection(_Section):
+    session_end: WebhookTarget | None = None
+
+
+class ServiceConfig(_Section):
+    memory: MemorySection = Field(default_factory=MemorySection)
+    upstream: UpstreamSection = Field(default_factory=UpstreamSection)
+    server: ServerSection = Field(default_factory=ServerSection)
+    auth: AuthSection = Field(default_factory=AuthSection)
+    webhooks: WebhooksSection = Field(default_factory=WebhooksSection)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _models_at_top(cls, data: Any) -> Any:
+        """The design puts ``external_models`` beside ``memory``; both places are read."""
+        if isinstance(data, Mapping) and "external_models" in data:
+            data = dict(data)
+            models = data.pop("external_models")
+            memory = dict(data.get("memory") or {})
+            if memory.get("external_models"):
+                raise ValueError("external_models is given twice (top level and memory)")
+            memory["external_models"] = models
+            data["memory"] = memory
+        return data
+
+    def models(self) -> ModelRegistry:
+        """The external models by role (raises ConfigError naming the entry)."""
+        return ModelRegistry.from_config(self.memory.external_models)
+
+    @classmethod
+    def parse(cls, data: Any, *, source: str = "config") -> ServiceConfig:
+        """Validate a mapping; a ConfigError names the first bad key (``memory.x.y``)."""
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{source}: the top level must be a mapping")
+        try:
+            config = cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(f"{source}: {_first_error(exc)}") from None
+        config.models()  # external_models are checked at start, not at first use
+        return config
+
+
+def load_config(
+    path: str | Path | None = None, *, environ: Mapping[str, str] | None = None
+) -> ServiceConfig:
+    """Read ``path`` (YAML; None: defaults only), apply ``CHATMEM__…`` overrides, validate."""
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+        data = loaded or {}
+    apply_env(data, os.environ if environ is None else environ)
+    return ServiceConfig.parse(data, source=source)
+
+
+def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """Set ``section.key`` from each ``CHATMEM__SECTION__KEY`` variable (values read as YAML)."""
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX:
+            continue
+        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
+        if any(not part for part in path):
+            raise ConfigError(f"{name}: empty key in the variable's name")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"{name}: {part} is not a section")
+            node = child
+        node[path[-1]] = value
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"] if part != "__root__")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown key"
+    return f"{where}: {message}" if where else message
+
+
+__all__ = [
+    "ENV_PREFIX",
+    "AuthSection",
+    "EmbeddingSection",
+    "KeyEntry",
+    "MemorySection",
+    "ServiceConfig",
+    "UpstreamSection",
+    "WebhookTarget",
+    "apply_env",
+    "load_config",
+]

@@ -1,0 +1,258 @@
+"""Everything one running service holds, built from its config (no global state).
+
+``Runtime.start(config)`` opens the parts in order and never fails because of memory (F1):
+
+- the service database (keys, response chains, the extraction queue, sessions by default),
+  a SQLite file in ``server.data_dir``; unusable, it falls back to memory, logged;
+- the long-term store and the embedder; unusable, memory is off for the run, logged as
+  ``ERROR: memory store unavailable, memory disabled``, and chat is still served;
+- the retriever, the extraction worker (a background thread) and the webhook sender.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chatmem.embeddings.base import Embedder
+from chatmem.embeddings.local import LocalEmbedder
+from chatmem.embeddings.openai import OpenAIEmbedder
+from chatmem.errors import ChatmemError
+from chatmem.extraction.base import Extractor
+from chatmem.extraction.llm import LLMExtractor
+from chatmem.extraction.offline import OfflineExtractor
+from chatmem.llm.base import ModelRole
+from chatmem.llm.client import ModelRegistry
+from chatmem.long_term import LongTermMemory
+from chatmem.messages import Message, SessionKey
+from chatmem.records import Filter
+from chatmem.retrieval import Retriever, UsageRecorder
+from chatmem.server.auth import KeyStore
+from chatmem.server.config import ServiceConfig
+from chatmem.server.metrics import Metrics
+from chatmem.server.webhooks import WebhookSender
+from chatmem.sessions import open_session_store
+from chatmem.sessions.base import SessionStore
+from chatmem.sessions.memory import InMemorySessionStore
+from chatmem.short_term import OverflowPolicy, ShortTermMemory
+from chatmem.worker import (
+    ExtractionScheduler,
+    InMemoryOutbox,
+    Outbox,
+    SQLiteOutbox,
+    Triggers,
+    Worker,
+)
+
+logger = logging.getLogger("chatmem.server")
+
+SERVICE_DB = "service.db"
+
+
+def default_data_dir() -> Path:
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "chatmem"
+
+
+@dataclass
+class Runtime:
+    """The parts of a running service. ``long_term`` is None when memory is off;
+    ``memory_error`` says why when it was meant to be on."""
+
+    config: ServiceConfig
+    data_dir: Path
+    keys: KeyStore
+    short_term: ShortTermMemory
+    outbox: Outbox
+    scheduler: ExtractionScheduler
+    metrics: Metrics
+    models: ModelRegistry
+    webhooks: WebhookSender | None
+    long_term: LongTermMemory | None = None
+    retriever: Retriever | None = None
+    usage: UsageRecorder | None = None
+    worker: Worker | None = None
+    memory_error: str | None = None
+    database_error: str | None = None
+    _closed: bool = field(default=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def start(cls, config: ServiceConfig, *, embedder: Embedder | None = None) -> Runtime:
+        """Open everything ``config`` names; ``embedder`` replaces the configured one (tests
+        share one loaded model)."""
+        data_dir = Path(config.server.data_dir) if config.server.data_dir else default_data_dir()
+        database, database_error = _service_database(data_dir)
+        keys = _keys(config, database)
+        sessions = _sessions(config, database)
+        outbox: Outbox = SQLiteOutbox(database) if database else InMemoryOutbox()
+        models = config.models()
+        metrics = Metrics()
+        runtime = cls(
+            config=config,
+            data_dir=data_dir,
+            keys=keys,
+            short_term=ShortTermMemory(
+                store=sessions,
+                policy=OverflowPolicy(
+                    strategy="summarize", max_turns=config.memory.sessions.max_turns
+                ),
+                summarizer=models.get(ModelRole.SUMMARIZATION),
+                state_every=None,
+            ),
+            outbox=outbox,
+            scheduler=ExtractionScheduler(
+                Triggers(every_turns=config.memory.extraction_batch_size, topic_change=None)
+            ),
+            metrics=metrics,
+            models=models,
+            webhooks=WebhookSender.from_config(config.webhooks.session_end, metrics),
+            database_error=database_error,
+        )
+        if config.memory.enabled:
+            runtime._open_memory(embedder or _embedder(config))
+        metrics.queue_depth = runtime.queue_depth
+        return runtime
+
+    def _open_memory(self, embedder: Embedder) -> None:
+        memory = self.config.memory
+        try:
+            long_term = LongTermMemory.open(
+                memory.store_uri() or f"sqlite:///{(self.data_dir / 'chatmem.db').resolve()}",
+                embedder=embedder,
+            )
+        except ChatmemError as exc:
+            self.memory_error = str(exc)
+            logger.error("memory store unavailable, memory disabled: %s", exc)
+            return
+        warm = getattr(long_term.embedder, "warm", None)
+        if callable(warm):
+            warm()  # load the model now, not inside the first request's search budget
+        self.long_term = long_term
+        self.usage = UsageRecorder(long_term)
+        self.retriever = Retriever(
+            long_term,
+            rewriter=self.models.get(ModelRole.MEMORY_REWRITE),
+            k=memory.default_retrieval_limit,
+            threshold=memory.default_similarity_threshold,
+            budget_tokens=memory.memory_tokens,
+            search_budget_ms=memory.search_budget_ms,
+            usage=self.usage,
+        )
+        if memory.auto_store:
+            self.worker = Worker(self.outbox, long_term, _extractor(self.models))
+            self.worker.start()
+        logger.info("memory on: %s", long_term.store)
+
+    @property
+    def memory_on(self) -> bool:
+        return self.long_term is not None
+
+    def queue_depth(self) -> int:
+        counts = self.outbox.counts()
+        return sum(n for state, n in counts.items() if state.value in {"pending", "leased"})
+
+    def observe(self, key: SessionKey, messages: list[Message], *, ended: bool = False) -> None:
+        """Queue a session's new messages for extraction when a trigger fires (off the
+        request path: called from a background task)."""
+        if not (self.memory_on and self.config.memory.auto_store):
+            return
+        if self.scheduler.observe(key, messages, session_end=ended):
+            taken = self.scheduler.take(key)
+            if taken:
+                self.outbox.enqueue(key, taken)
+                if self.worker is not None:
+                    self.worker.notify()
+
+    def forget_user(self, tenant_id: str, user_id: str, project_id: str | None = None) -> int:
+        """Forget a user: long-term memories, and (for the whole user) sessions and queued
+        extraction, so nothing comes back from a batch still waiting. Returns the memories
+        deleted."""
+        deleted = 0
+        if self.long_term is not None:
+            scope = Filter.checked(
+                {"tenant_id": tenant_id, "user_id": user_id, "project_id": project_id}
+            )
+            deleted = self.long_term.delete_all(scope, reason="user forgotten")
+        if project_id is None:
+            self.short_term.store.delete_user(tenant_id, user_id)
+            self.outbox.discard_user(tenant_id, user_id)
+            self.scheduler.forget_user(tenant_id, user_id)
+        return deleted
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.webhooks is not None:
+            self.webhooks.close()
+        if self.worker is not None:
+            self.worker.stop()
+        if self.retriever is not None:
+            self.retriever.close()
+        if self.usage is not None:
+            self.usage.close()
+        if self.long_term is not None:
+            self.long_term.close()
+        self.models.close()
+        self.outbox.close()
+        self.short_term.store.close()
+        self.keys.close()
+
+
+def _service_database(data_dir: Path) -> tuple[Path | None, str | None]:
+    path = data_dir / SERVICE_DB
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        logger.error("service database %s unavailable, keeping state in memory: %s", path, exc)
+        return None, str(exc)
+    return path, None
+
+
+def _keys(config: ServiceConfig, database: Path | None) -> KeyStore:
+    auth = config.auth
+    admin = auth.admin_key or (os.environ.get(auth.admin_key_env) if auth.admin_key_env else None)
+    keys = KeyStore(database, admin_key=admin)
+    for entry in auth.keys:
+        key = entry.key or os.environ.get(entry.key_env or "")
+        if not key:
+            logger.error("auth.keys: %s is not set; that key is skipped", entry.key_env)
+            continue
+        keys.add_fixed(key, entry.tenant, entry.roles, entry.name)
+    return keys
+
+
+def _sessions(config: ServiceConfig, database: Path | None) -> SessionStore:
+    uri = config.memory.sessions.store
+    if uri is None:
+        return open_session_store(str(database)) if database else InMemorySessionStore()
+    try:
+        return open_session_store(uri)
+    except ChatmemError as exc:
+        logger.error("session store %s unavailable, keeping sessions in memory: %s", uri, exc)
+        return InMemorySessionStore()
+
+
+def _embedder(config: ServiceConfig) -> Embedder:
+    embedding = config.memory.embedding
+    if embedding.base_url is None:
+        return LocalEmbedder()
+    key = os.environ.get(embedding.api_key_env) if embedding.api_key_env else None
+    return OpenAIEmbedder(
+        embedding.model, embedding.dimension, base_url=embedding.base_url, api_key=key
+    )
+
+
+def _extractor(models: ModelRegistry) -> Extractor:
+    model = models.get(ModelRole.MEMORY_EXTRACTION)
+    return OfflineExtractor() if model is None else LLMExtractor(model)
+
+
+__all__ = ["Runtime", "default_data_dir"]

@@ -1,0 +1,82 @@
+"""Fixtures for the service: a real app on real SQLite files, the real local embedder,
+and the scripted OpenAI-compatible upstream from ``chatmem.testing`` on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from chatmem import LocalEmbedder
+from chatmem.server import Runtime, ServiceConfig, create_app
+from chatmem.testing import ScriptedOpenAIServer
+
+ADMIN_KEY = "admin-key-0123456789abcdef"
+
+
+def echo(body: dict[str, Any]) -> str:
+    """The upstream's answer: what it was sent, so tests can see what memory injected."""
+    return "seen: " + " | ".join(str(m.get("content")) for m in body["messages"])
+
+
+@pytest.fixture
+def upstream() -> Iterator[ScriptedOpenAIServer]:
+    with ScriptedOpenAIServer(responder=echo) as server:
+        yield server
+
+
+ServiceFactory = Callable[..., TestClient]
+
+
+@pytest.fixture
+def make_service(
+    tmp_path: Path, embedder: LocalEmbedder, upstream: ScriptedOpenAIServer
+) -> Iterator[ServiceFactory]:
+    """``make_service(**overrides)``: a started service (TestClient) whose config is the
+    defaults plus ``overrides`` (nested dicts, as in the YAML file). The data directory is
+    ``tmp_path / "data"``, the upstream the scripted server, the admin key ``ADMIN_KEY``,
+    extraction after every user turn."""
+    opened: list[TestClient] = []
+
+    def make(**overrides: Any) -> TestClient:
+        data: dict[str, Any] = {
+            "server": {"data_dir": str(tmp_path / "data")},
+            "upstream": {"base_url": upstream.base_url},
+            "auth": {"admin_key": ADMIN_KEY},
+            "memory": {"extraction_batch_size": 1},
+        }
+        for section, values in overrides.items():
+            if isinstance(values, dict):
+                data[section] = {**data.get(section, {}), **values}
+            else:
+                data[section] = values
+        config = ServiceConfig.parse(data)
+        client = TestClient(create_app(runtime=Runtime.start(config, embedder=embedder)))
+        client.__enter__()
+        opened.append(client)
+        return client
+
+    yield make
+    for client in opened:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def service(make_service: ServiceFactory) -> TestClient:
+    """A service with the defaults (anonymous tenant "default", admin key ADMIN_KEY)."""
+    return make_service()
+
+
+def runtime_of(client: TestClient) -> Runtime:
+    runtime: Runtime = client.app.state.runtime  # type: ignore[attr-defined]
+    return runtime
+
+
+def drain(client: TestClient) -> None:
+    """Run queued extraction now (the worker thread would, a moment later)."""
+    runtime = runtime_of(client)
+    assert runtime.worker is not None
+    runtime.worker.drain()
