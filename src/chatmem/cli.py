@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -294,58 +294,106 @@ def stats(user: Annotated[str | None, typer.Option("--user", "-u")] = None) -> N
     out.print(table)
 
 
-DEMO_SESSION_A = [
-    {"role": "user", "content": "I'm planning a trip to Hawaii in March."},
-    {"role": "assistant", "content": "Great! Do you have a budget in mind?"},
-    {"role": "user", "content": "My budget for the Hawaii trip is $10,000."},
-    {"role": "user", "content": "Also, I'm vegetarian, so keep restaurants in mind."},
-]
-DEMO_OTHER_USER = "My budget for the Hawaii trip is $2,500."
-DEMO_QUESTIONS = ["What's my budget for the trip?", "Any dietary restrictions I mentioned?"]
-
-
 @app.command()
 def demo(
-    store: Annotated[
-        str | None,
+    data_dir: Annotated[
+        Path | None,
         typer.Option(
-            "--store", "-s", help="Store URI (default: a new SQLite file in a temporary folder)."
+            "--data-dir", help="Where the demo keeps its files (default: a new temp folder)."
         ),
     ] = None,
 ) -> None:
-    """Cross-session recall on the embedded default: tell facts in one session, find them in
-    another, and show another user never sees them."""
-    uri = store or _options.store
-    folder = None
-    if uri is None:
-        folder = tempfile.mkdtemp(prefix="chatmem-demo-")
-        uri = f"sqlite:///{folder}/chatmem.db"
-    out.rule("chatmem demo")
-    out.print(f"store: {uri}")
+    """The whole loop offline, through the service over HTTP: a fact told in one session is
+    injected in a new one by the chat proxy, and never reaches another user. A scripted
+    model stands in for the LLM."""
+    from chatmem.server.demo import run_demo
+
+    out.rule("chatmem demo: the chat proxy, end to end")
     started = time.perf_counter()
-    with _memory(uri) as memory:
-        out.print(f"opened in {(time.perf_counter() - started) * 1000:.0f} ms")
-        stored = memory.add(DEMO_SESSION_A, user_id="alice", session_id="session-A")
-        memory.add(DEMO_OTHER_USER, user_id="bob", session_id="session-X")
-        out.print(f"\n[bold]Session A[/]: stored {len(stored)} memories for alice")
-        for record in stored:
-            out.print(f"  {record.id[:8]}  {record.user_metadata.get('role')}: {record.text}")
-        out.print("  (and one for bob: " + repr(DEMO_OTHER_USER) + ")")
-        out.print("\n[bold]Session B[/] (new session, nothing carried over but memory):")
-        for question in DEMO_QUESTIONS:
-            began = time.perf_counter()
-            hits = memory.search(question, user_id="alice", k=2)
-            took = (time.perf_counter() - began) * 1000
-            out.print(f"  alice asks {question!r}  [dim]({took:.1f} ms)[/]")
-            for hit in hits:
-                out.print(f"    {hit.score:.3f}  {hit.record.text}")
-        bob = memory.search(DEMO_QUESTIONS[0], user_id="bob", k=5)
-        out.print(
-            f"\n  bob asks the same: {[h.record.text for h in bob]} (alice's facts never "
-            "cross users)"
+    run_demo(lambda line: out.print(line, highlight=False, markup=False), data_dir=data_dir)
+    out.print(f"\ndone in {time.perf_counter() - started:.1f} s. Next: chatmem serve")
+
+
+@app.command()
+def serve(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="A YAML config file (see docs).")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (config: server.host).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (config: server.port).")] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option(help="The model's OpenAI-compatible base URL (config: upstream.base_url)."),
+    ] = None,
+    scripted_upstream: Annotated[
+        bool,
+        typer.Option(
+            "--scripted-upstream",
+            help="Answer chats with the offline scripted model of the demo (no LLM needed).",
+        ),
+    ] = False,
+) -> None:
+    """Run the service: the chat proxy, the Responses API and the memory API, on the
+    embedded default (SQLite, local embedder, offline extractor) unless configured."""
+    from chatmem.server.app import create_app
+    from chatmem.server.config import load_config
+    from chatmem.server.demo import scripted_model
+    from chatmem.server.serving import serve as run
+    from chatmem.testing import ScriptedOpenAIServer
+
+    loaded = load_config(config)
+    overrides: dict[str, Any] = {}
+    if host is not None or port is not None:
+        overrides["server"] = loaded.server.model_copy(
+            update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
         )
-    if folder:
-        out.print(f"\nThe store is kept at {folder}/chatmem.db")
+    with contextlib.ExitStack() as stack:
+        if scripted_upstream:
+            model = stack.enter_context(ScriptedOpenAIServer(responder=scripted_model))
+            upstream = model.base_url
+        if upstream is not None:
+            overrides["upstream"] = loaded.upstream.model_copy(update={"base_url": upstream})
+        settings = loaded.model_copy(update=overrides)
+        _check_exposure(settings)
+        err.print(
+            f"chatmem {__version__} on http://{settings.server.host}:{settings.server.port} "
+            f"(upstream: {settings.upstream.base_url or 'none: chat answers 503'})",
+            highlight=False,
+        )
+        run(create_app(settings), host=settings.server.host, port=settings.server.port,
+            log_level=settings.log_level)  # fmt: skip
+
+
+def _check_exposure(settings: Any) -> None:
+    loopback = settings.server.host in {"127.0.0.1", "localhost", "::1"}
+    if not loopback and settings.auth.anonymous_tenant is not None:
+        raise ChatmemError(
+            f"refusing to serve anonymous requests on {settings.server.host}: set "
+            "auth.anonymous_tenant to null and give keys, or bind to 127.0.0.1"
+        )
+
+
+config_app = typer.Typer(help="Check and show the service's configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("check")
+def config_check(
+    path: Annotated[Path, typer.Argument(help="The YAML config file.")],
+    show: Annotated[bool, typer.Option("--show", help="Print the config with defaults.")] = False,
+) -> None:
+    """Validate a config file (with CHATMEM__… overrides applied); errors name the key."""
+    from chatmem.server.config import load_config
+
+    loaded = load_config(path)
+    models = loaded.models()
+    out.print(f"{path}: ok", highlight=False)
+    out.print(f"  store: {loaded.memory.store_uri() or 'default SQLite file'}", highlight=False)
+    out.print(f"  upstream: {loaded.upstream.base_url or 'none'}", highlight=False)
+    out.print(f"  models: {', '.join(r.value for r in models.roles()) or 'none (offline)'}",
+              highlight=False)  # fmt: skip
+    if show:
+        out.print_json(loaded.model_dump_json(exclude={"auth": {"admin_key"}}))
 
 
 @app.command()

@@ -3,6 +3,7 @@ and the scripted OpenAI-compatible upstream from ``chatmem.testing`` on loopback
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,23 @@ def runtime_of(client: TestClient) -> Runtime:
     return runtime
 
 
-def drain(client: TestClient) -> None:
-    """Run queued extraction now (the worker thread would, a moment later)."""
+def drain(client: TestClient, timeout_s: float = 30.0) -> None:
+    """Run queued extraction now, and wait for a batch the worker thread holds."""
     runtime = runtime_of(client)
     assert runtime.worker is not None
-    runtime.worker.drain()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        runtime.worker.drain()
+        if runtime.queue_depth() == 0:
+            return
+        assert time.monotonic() < deadline, "extraction did not finish"
+        time.sleep(0.01)
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Until ``check()`` holds (work done after a response was sent, such as storing a
+    streamed answer)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import re
+import socket
+from pathlib import Path
+from typing import Any
+
 import openai
+import pytest
 from fastapi.testclient import TestClient
 
+from chatmem import LocalEmbedder
+from chatmem.messages import SessionKey
 from chatmem.testing import ScriptedOpenAIServer
-from tests.server.conftest import drain
+from tests.server.conftest import ServiceFactory, drain, runtime_of, wait_for
 
 
 def sdk(client: TestClient, key: str = "unused") -> openai.OpenAI:
@@ -35,3 +45,328 @@ def test_a_fact_told_in_one_session_is_injected_in_the_next(
     assert "User's relevant context" in sent[0]["content"]
     assert "$10,000" in sent[0]["content"]
     assert sent[1] == {"role": "user", "content": "What's my budget for the trip?"}
+
+
+def test_streaming_passes_through_and_the_streamed_answer_is_stored(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    upstream.script_chat("Your budget is ten thousand dollars.")
+    stream = sdk(service).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "Remind me of my budget please"}],
+        stream=True,
+        user="alice",
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert text == "Your budget is ten thousand dollars."
+    assert upstream.chat_requests[-1]["stream"] is True
+    key = SessionKey("default", "alice", "default")
+    short_term = runtime_of(service).short_term
+    wait_for(lambda: len(short_term.history(key)) == 2)
+    assert [(m.role.value, m.content) for m in short_term.history(key)] == [
+        ("user", "Remind me of my budget please"),
+        ("assistant", "Your budget is ten thousand dollars."),
+    ]
+
+
+def test_only_the_new_turn_is_appended_when_the_client_resends_history(
+    service: TestClient,
+) -> None:
+    chat = sdk(service)
+    first = [{"role": "user", "content": "I like green tea."}]
+    answer = chat.chat.completions.create(model="m", messages=first, user="carol")
+    second = [
+        *first,
+        {"role": "assistant", "content": answer.choices[0].message.content},
+        {"role": "user", "content": "And I live in Lisbon."},
+    ]
+    chat.chat.completions.create(model="m", messages=second, user="carol")
+    history = runtime_of(service).short_term.history(SessionKey("default", "carol", "default"))
+    assert [m.content for m in history if m.role.value == "user"] == [
+        "I like green tea.",
+        "And I live in Lisbon.",
+    ]
+    assert len(history) == 4
+
+
+def test_one_users_facts_never_reach_another_user(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    chat = sdk(service)
+    chat.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "My passport number is X1234567."}],
+        user="alice",
+    )
+    drain(service)
+    asked = chat.chat.completions.with_raw_response.create(
+        model="m",
+        messages=[{"role": "user", "content": "What is my passport number?"}],
+        user="bob",
+    )
+    assert asked.headers["x-chatmem-memory"] == "empty"
+    assert "X1234567" not in json.dumps(upstream.chat_requests[-1])
+
+
+def test_tenants_are_apart_whatever_user_ids_they_send(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    keys = runtime_of(service).keys
+    acme, _ = keys.create("acme", [])
+    globex, _ = keys.create("globex", [])
+    sdk(service, acme).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "My favourite colour is teal."}],
+        user="alice",
+    )
+    drain(service)
+    sdk(service, globex).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "What is my favourite colour?"}],
+        user="alice",
+    )
+    assert "teal" not in json.dumps(upstream.chat_requests[-1])
+    sdk(service, acme).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "What is my favourite colour?"}],
+        user="alice",
+    )
+    assert "teal" in json.dumps(upstream.chat_requests[-1])
+
+
+def test_greetings_are_not_searched_and_say_why(service: TestClient) -> None:
+    raw = sdk(service).chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "thanks!"}], user="alice"
+    )
+    assert raw.headers["x-chatmem-memory"] == "skipped"
+    assert raw.headers["x-chatmem-memory-reason"]
+
+
+def test_memory_is_off_without_a_user_and_nothing_is_stored(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    raw = sdk(service).chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "My budget is $5."}]
+    )
+    assert raw.headers["x-chatmem-memory"] == "off"
+    assert upstream.chat_requests[-1]["messages"] == [
+        {"role": "user", "content": "My budget is $5."}
+    ]
+    assert runtime_of(service).short_term.store.sessions("default", "default") == []
+
+
+def test_fields_chatmem_does_not_read_pass_through_and_its_own_do_not(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    sdk(service).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "hi there, what's my name"}],
+        temperature=0.25,
+        max_tokens=7,
+        extra_body={
+            "memory_context": {"user_id": "alice"},
+            "memory_config": {"retrieval_limit": 2},
+            "seed": 11,
+        },
+    )
+    sent = upstream.chat_requests[-1]
+    assert (sent["temperature"], sent["max_tokens"], sent["seed"]) == (0.25, 7, 11)
+    assert "memory_context" not in sent and "memory_config" not in sent
+
+
+def test_memory_config_options_are_honoured(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    chat = sdk(service)
+    for text in ("My budget for Hawaii is $10,000.", "My budget for Rome is $3,000."):
+        chat.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": text}], user="dora"
+        )
+    drain(service)
+    question = [{"role": "user", "content": "What is my budget for the trips?"}]
+    raw = chat.chat.completions.with_raw_response.create(
+        model="m", messages=question, extra_body={"memory_context": {"user_id": "dora"},
+                                                 "memory_config": {"retrieval_limit": 1}}
+    )  # fmt: skip
+    assert raw.headers["x-chatmem-memory-count"] == "1"
+    raw = chat.chat.completions.with_raw_response.create(
+        model="m", messages=question, extra_body={"memory_context": {"user_id": "dora"},
+                                                 "memory_config": {"enabled": False}}
+    )  # fmt: skip
+    assert raw.headers["x-chatmem-memory"] == "off"
+    assert upstream.chat_requests[-1]["messages"] == question
+    raw = chat.chat.completions.with_raw_response.create(
+        model="m", messages=question, extra_body={"memory_context": {"user_id": "dora"},
+                                                 "memory_config": {"memory_types": ["procedural"]}}
+    )  # fmt: skip
+    assert raw.headers["x-chatmem-memory"] == "empty"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "m"}, "messages"),
+        ({"model": "m", "messages": []}, "messages"),
+        ({"model": "m", "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"model": "m", "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "x"}],
+             "memory_config": {"retrieval_limit": 0}},
+            "memory_config.retrieval_limit",
+        ),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "x"}],
+             "memory_context": {"user_id": ""}},
+            "memory_context.user_id",
+        ),
+    ],
+)  # fmt: skip
+def test_bad_requests_get_a_400_naming_the_field(
+    service: TestClient, upstream: ScriptedOpenAIServer, body: dict[str, Any], param: str
+) -> None:
+    answer = service.post("/v1/chat/completions", json=body)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["param"] == param and param in error["message"]
+    assert upstream.chat_requests == []
+
+
+def test_upstream_errors_pass_through_faithfully(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    body = {"error": {"message": "slow down", "type": "rate_limit", "code": "429"}}
+    upstream.fail_next(429, body, headers={"Retry-After": "0"})
+    answer = service.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hi, my name?"}]},
+    )
+    assert answer.status_code == 429 and answer.json() == body
+    with pytest.raises(openai.BadRequestError, match="no such model"):
+        upstream.fail_next(400, {"error": {"message": "no such model"}})
+        sdk(service).with_options(max_retries=0).chat.completions.create(
+            model="nope", messages=[{"role": "user", "content": "x"}]
+        )
+
+
+def test_an_unreachable_upstream_is_a_502_that_names_it(make_service: ServiceFactory) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    service = make_service(upstream={"base_url": f"http://127.0.0.1:{port}/v1"})
+    answer = service.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "hello"}]},
+    )
+    assert answer.status_code == 502
+    assert answer.json()["error"]["code"] == "upstream_unreachable"
+
+
+# -- graceful degradation (F1, F2, F4) ----------------------------------------------------------
+
+
+def test_an_unreachable_sqlite_store_at_start_turns_memory_off_and_chat_still_works(
+    make_service: ServiceFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the store's folder should be")
+    with caplog.at_level(logging.ERROR, logger="chatmem.server"):
+        service = make_service(memory={"store": f"sqlite:///{blocker}/chatmem.db"})
+    assert "memory store unavailable, memory disabled" in caplog.text
+    answer = service.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "What's my budget?"}],
+              "user": "alice"},
+    )  # fmt: skip
+    assert answer.status_code == 200
+    assert answer.headers["x-chatmem-memory"] == "off"
+    assert answer.json()["choices"][0]["message"]["content"] == "seen: What's my budget?"
+    ready = service.get("/readyz").json()
+    assert ready["memory"] == "off" and "not-a-directory" in ready["memory_error"]
+    assert service.get("/v1/memory", params={"user_id": "alice"}).status_code == 503
+
+
+def test_a_store_that_fails_mid_run_degrades_that_request_only(
+    service: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime = runtime_of(service)
+    assert runtime.long_term is not None
+    runtime.long_term.store.close()  # every later call raises StoreError
+    with caplog.at_level(logging.WARNING, logger="chatmem.retrieval"):
+        answer = service.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "What's my budget?"}],
+                  "user": "alice"},
+        )  # fmt: skip
+    assert answer.status_code == 200
+    assert answer.headers["x-chatmem-memory"] == "degraded"
+    assert "going on without memory" in caplog.text
+
+
+@pytest.mark.milvus
+def test_milvus_lite_stopped_mid_run_leaves_chat_working(
+    make_service: ServiceFactory, tmp_path: Path
+) -> None:
+    pytest.importorskip("pymilvus")
+    manager = pytest.importorskip("milvus_lite.server_manager")
+    path = tmp_path / "milvus.db"
+    service = make_service(memory={"store": f"milvus:///{path}", "extraction_batch_size": 1})
+    chat = sdk(service)
+    chat.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "My budget is $10,000."}], user="al"
+    )
+    drain(service)
+    manager.server_manager_instance.release_server(str(path))  # the Lite server is gone
+    answer = chat.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "What's my budget?"}], user="al"
+    )
+    assert answer.status_code == 200
+    assert answer.headers["x-chatmem-memory"] == "degraded"
+    assert answer.parse().choices[0].message.content == "seen: What's my budget?"
+
+
+def test_a_slow_search_is_cut_at_its_budget(
+    make_service: ServiceFactory, embedder: LocalEmbedder
+) -> None:
+    service = make_service(memory={"search_budget_ms": 1})
+    runtime = runtime_of(service)
+    assert runtime.long_term is not None
+    runtime.long_term.add(["I drive a red car."] * 50, user_id="alice")
+    answer = service.post(
+        "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "Which car do I drive?"}],
+              "user": "alice"},
+    )  # fmt: skip
+    assert answer.status_code == 200
+    assert answer.headers["x-chatmem-memory"] == "degraded"
+    assert answer.headers["x-chatmem-memory-reason"] == "timeout"
+
+
+def test_extraction_shows_in_the_logs(
+    service: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="chatmem.write_policy"):
+        sdk(service).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "I'm allergic to peanuts."}],
+            user="alice",
+        )  # fmt: skip
+        drain(service)
+    assert re.search(r"Memory: stored [1-9]\d*", caplog.text)
+
+
+def test_metrics_count_requests_hits_and_skips(service: TestClient) -> None:
+    chat = sdk(service)
+    chat.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "My dog is called Rex."}], user="al"
+    )
+    drain(service)
+    chat.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "What's my dog called?"}], user="al"
+    )
+    chat.chat.completions.create(model="m", messages=[{"role": "user", "content": "ok"}], user="al")
+    text = service.get("/metrics").text
+    assert 'chatmem_memory_requests_total{outcome="injected"} 1.0' in text
+    assert re.search(r"chatmem_memory_hits_total [1-9]", text)
+    assert re.search(r'chatmem_memory_skips_total\{reason="[^"]+"\} 1.0', text)
+    assert 'route="/v1/chat/completions"' in text
+    assert "chatmem_extraction_queue_depth 0.0" in text
