@@ -1,0 +1,154 @@
+"""Completed responses kept for ``previous_response_id`` chains (SPEC A2), per tenant.
+
+Each stored response holds the whole conversation up to and including its answer (without
+the request's ``instructions``, which OpenAI does not carry along a chain), so continuing a
+chain reads one row, and dropping a tenant's oldest responses never breaks a newer chain.
+A lookup always names the tenant: a response id from another tenant is simply not found.
+
+The table lives in the service database (``service.db``) with its own migrations table; a
+service without a usable database keeps responses in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chatmem.stores.sqlite import SQLiteFile
+
+MIGRATIONS_TABLE = "chatmem_responses_migrations"
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE responses (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        response_id TEXT NOT NULL UNIQUE,
+        tenant_id TEXT NOT NULL,
+        user_id TEXT,
+        session_id TEXT NOT NULL,
+        messages TEXT NOT NULL,
+        body TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX responses_by_tenant ON responses (tenant_id, seq);
+    """,
+)
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """One completed response: whose it is, the conversation through its answer (chat
+    messages, oldest first), and the Response object as it was returned."""
+
+    response_id: str
+    tenant_id: str
+    user_id: str | None
+    session_id: str
+    messages: list[dict[str, Any]]
+    body: dict[str, Any]
+    created_at: int
+
+
+class ResponseStore:
+    """Responses by tenant, at most ``limit`` per tenant (the oldest dropped first), in the
+    SQLite file at ``path``, or in memory when ``path`` is None."""
+
+    def __init__(self, path: str | Path | None, *, limit: int) -> None:
+        self.limit = limit
+        self._file = SQLiteFile(path) if path is not None else None
+        if self._file is not None:
+            self._file.migrate(MIGRATIONS, table=MIGRATIONS_TABLE)
+        self._memory: dict[str, OrderedDict[str, StoredResponse]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def durable(self) -> bool:
+        return self._file is not None
+
+    def put(self, response: StoredResponse) -> None:
+        """Keep ``response``, then drop the tenant's oldest beyond the limit."""
+        if self._file is None:
+            with self._lock:
+                kept = self._memory.setdefault(response.tenant_id, OrderedDict())
+                kept[response.response_id] = response
+                while len(kept) > self.limit:
+                    kept.popitem(last=False)
+            return
+        row = (
+            response.response_id,
+            response.tenant_id,
+            response.user_id,
+            response.session_id,
+            json.dumps(response.messages),
+            json.dumps(response.body),
+            response.created_at,
+        )
+        tenant, limit = response.tenant_id, self.limit
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO responses (response_id, tenant_id, user_id, session_id, messages,"
+                " body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+            conn.execute(
+                "DELETE FROM responses WHERE tenant_id = ? AND seq IN (SELECT seq FROM responses"
+                " WHERE tenant_id = ? ORDER BY seq DESC LIMIT -1 OFFSET ?)",
+                (tenant, tenant, limit),
+            )
+
+        self._file.write(insert)
+
+    def get(self, tenant_id: str, response_id: str) -> StoredResponse | None:
+        """The tenant's response ``response_id``; None when it has none by that id."""
+        if self._file is None:
+            with self._lock:
+                return self._memory.get(tenant_id, OrderedDict()).get(response_id)
+        with self._file.read() as conn:
+            row = conn.execute(
+                "SELECT response_id, tenant_id, user_id, session_id, messages, body, created_at"
+                " FROM responses WHERE response_id = ? AND tenant_id = ?",
+                (response_id, tenant_id),
+            ).fetchone()
+        if row is None:
+            return None
+        return StoredResponse(
+            row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]), row[6]
+        )
+
+    def delete(self, tenant_id: str, response_id: str) -> bool:
+        """Forget the tenant's response ``response_id``; False when it had none."""
+        if self._file is None:
+            with self._lock:
+                return self._memory.get(tenant_id, OrderedDict()).pop(response_id, None) is not None
+        deleted: int = self._file.write(
+            lambda conn: (
+                conn.execute(
+                    "DELETE FROM responses WHERE response_id = ? AND tenant_id = ?",
+                    (response_id, tenant_id),
+                ).rowcount
+            )
+        )
+        return deleted > 0
+
+    def count(self, tenant_id: str) -> int:
+        """How many responses the tenant has kept."""
+        if self._file is None:
+            with self._lock:
+                return len(self._memory.get(tenant_id, ()))
+        with self._file.read() as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM responses WHERE tenant_id = ?", (tenant_id,)
+            ).fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+__all__ = ["MIGRATIONS", "MIGRATIONS_TABLE", "ResponseStore", "StoredResponse"]
