@@ -19,7 +19,8 @@ def test_python_examples_run() -> None:
         exec(compile(block, str(README), "exec"), {"__name__": "readme"})
 
 
-def test_readme_opens_with_the_demo_and_the_test_commands() -> None:
+def test_readme_opens_with_the_service_and_the_test_commands() -> None:
     first, second = _blocks("bash")[:2]
-    assert "pip install -e ." in first and first.strip().endswith("chatmem demo")
+    assert "pip install -e ." in first and "chatmem demo &&" in first
+    assert first.strip().endswith("chatmem serve")
     assert "pip install -e '.[dev]'" in second and second.strip().endswith("pytest")

@@ -1010,6 +1010,26 @@ def test_types_narrow_the_pipeline(memory: LongTermMemory, retriever: Retriever)
     assert got.results == [] and got.degraded is None
 
 
+def test_a_project_narrows_the_pipeline(memory: LongTermMemory, retriever: Retriever) -> None:
+    memory.add_records(
+        [
+            fact("User's budget for the Hawaii trip is $10,000").model_copy(
+                update={"project_id": "travel"}
+            ),
+            fact("User's budget for the office move is $2,000").model_copy(
+                update={"project_id": "work"}
+            ),
+        ]
+    )
+    ask = [user("What's my budget?")]
+    texts = [
+        m.record.text for m in retriever.retrieve(ask, user_id="alice", project_id="work").results
+    ]
+    assert texts == ["User's budget for the office move is $2,000"]
+    both = retriever.retrieve(ask, user_id="alice", threshold=0.0).results
+    assert len(both) == 2
+
+
 def test_use_is_recorded_for_what_was_injected(memory: LongTermMemory) -> None:
     store_facts(memory)
     with (

@@ -373,6 +373,16 @@ def _check_exposure(settings: Any) -> None:
         )
 
 
+@app.command()
+def openapi() -> None:
+    """Print the service's OpenAPI spec (JSON), as committed in docs/openapi.json."""
+    from chatmem.server.app import create_app
+    from chatmem.server.config import ServiceConfig
+
+    spec = create_app(ServiceConfig()).openapi()
+    sys.stdout.write(json.dumps(spec, indent=2, sort_keys=True) + "\n")
+
+
 config_app = typer.Typer(help="Check and show the service's configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 

@@ -696,11 +696,12 @@ def search(
     weights: RerankWeights = DEFAULT_WEIGHTS,
     now: datetime | None = None,
     include_superseded: bool = False,
+    project_id: str | None = None,
 ) -> list[RetrievedMemory]:
     """Hybrid search of one user's memories, reranked (R3): the best ``k`` whose
     normalised relevance (not the final score; see the module docstring) is at least
-    ``threshold``. ``types`` keeps those types; ``since`` / ``until`` bound ``created_at``
-    (``since`` <= created_at < ``until``).
+    ``threshold``. ``types`` keeps those types, ``project_id`` that project's memories;
+    ``since`` / ``until`` bound ``created_at`` (``since`` <= created_at < ``until``).
 
     Memories superseded by ``now`` (``valid_to`` passed) are left out, as long-term memory
     does, unless ``include_superseded``: then they are kept and marked. Either way the
@@ -711,6 +712,7 @@ def search(
     narrow = Filter.checked(
         {
             "types": frozenset(types) if types is not None else None,
+            "project_id": project_id,
             "created_after": since,
             "created_before": until,
         },
@@ -1061,6 +1063,10 @@ class Retrieval:
     degraded: str | None = None
 
 
+#: What a search is narrowed to besides its user: memory types and a project.
+_Narrow = tuple[Collection[MemoryType] | None, str | None]
+
+
 class _Found(NamedTuple):
     hits: list[RetrievedMemory]
     linked: list[RetrievedMemory]
@@ -1139,11 +1145,15 @@ class Retriever:
         now: datetime | None = None,
         k: int | None = None,
         threshold: float | None = None,
+        project_id: str | None = None,
     ) -> Retrieval:
         """Decide, build the query, search, expand, inject and record the use, for one
-        request of ``user_id``; ``k`` and ``threshold`` override the retriever's for this
-        request. Never raises for a failing store or embedder (F2)."""
-        Filter.checked({"tenant_id": tenant_id, "user_id": user_id}, "filter")
+        request of ``user_id`` (within ``project_id`` when given); ``k`` and ``threshold``
+        override the retriever's for this request. Never raises for a failing store or
+        embedder (F2)."""
+        Filter.checked(
+            {"tenant_id": tenant_id, "user_id": user_id, "project_id": project_id}, "filter"
+        )
         limits = (self.k if k is None else k, self.threshold if threshold is None else threshold)
         _check_search(*limits)
         timings: dict[str, float] = {}
@@ -1153,7 +1163,7 @@ class Retriever:
             return self._done(decision, None, messages, timings, began)
         query = _timed(timings, "query", lambda: self._query(messages))
         moment = now or utcnow()
-        outcome = self._search(query, user_id, tenant_id, types, moment, limits)
+        outcome = self._search(query, user_id, tenant_id, (types, project_id), moment, limits)
         if isinstance(outcome, str):
             timings["search"] = (time.perf_counter() - began) * 1000 - sum(timings.values())
             return self._done(decision, query, messages, timings, began, degraded=outcome)
@@ -1201,12 +1211,12 @@ class Retriever:
         query: Query,
         user_id: str,
         tenant_id: str,
-        types: Collection[MemoryType] | None,
+        narrow: _Narrow,
         now: datetime,
         limits: tuple[int, float],
     ) -> _Found | str:
         """Search and expand in the pool within the time budget; a string says why not."""
-        future = self._pool.submit(self._find, query, user_id, tenant_id, types, now, limits)
+        future = self._pool.submit(self._find, query, user_id, tenant_id, narrow, now, limits)
         try:
             return future.result(timeout=self.search_budget_ms / 1000)
         except FutureTimeout:
@@ -1232,11 +1242,12 @@ class Retriever:
         query: Query,
         user_id: str,
         tenant_id: str,
-        types: Collection[MemoryType] | None,
+        narrow: _Narrow,
         now: datetime,
         limits: tuple[int, float],
     ) -> _Found:
         began = time.perf_counter()
+        types, project_id = narrow
         hits = search(
             self.long_term,
             query,
@@ -1245,6 +1256,7 @@ class Retriever:
             k=limits[0],
             threshold=limits[1],
             types=types,
+            project_id=project_id,
             weights=self.weights,
             now=now,
         )
@@ -1304,6 +1316,7 @@ class AsyncRetriever:
         now: datetime | None = None,
         k: int | None = None,
         threshold: float | None = None,
+        project_id: str | None = None,
     ) -> Retrieval:
         """As ``Retriever.retrieve``."""
         return await asyncio.to_thread(
@@ -1315,6 +1328,7 @@ class AsyncRetriever:
             now=now,
             k=k,
             threshold=threshold,
+            project_id=project_id,
         )
 
     async def close(self) -> None:
