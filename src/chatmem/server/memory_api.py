@@ -1,7 +1,458 @@
-"""Placeholder router (filled in by its own module's work)."""
+"""The memory REST API, ``/v1/memory`` (SPEC A3, L2, L7).
+
+Create, read, search, update, list, history, export and import of long-term memories, and
+forgetting one memory or a whole user. Every route acts in the tenant of the caller's key
+(``TenantDep``); ids in the body or the query only narrow within it, so another tenant's ids
+answer 404 exactly as ids that do not exist. A memory whose ``access_control.allowed_roles``
+is not empty is visible only to keys holding one of those roles: hidden from get, list,
+search, history and export, and answered 404 to update and delete.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+import io
+import json
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
 
-router = APIRouter()
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from chatmem import long_term as ltm
+from chatmem.errors import NotFoundError, ValidationError
+from chatmem.long_term import LongTermMemory
+from chatmem.records import (
+    MAX_TEXT_CHARS,
+    AccessControl,
+    Filter,
+    HistoryEntry,
+    MemoryRecord,
+    MemoryType,
+    SearchResult,
+)
+from chatmem.server.app import ApiError, MemoryRuntimeDep, PrincipalDep, TenantDep
+from chatmem.server.auth import Principal
+
+router = APIRouter(prefix="/v1/memory", tags=["memory"])
+
+#: The media type of an export and of an import's body: one JSON record a line.
+JSONL = "application/x-ndjson"
+#: Largest import body accepted, in bytes.
+MAX_IMPORT_BYTES = 64 * 1024 * 1024
+#: The most results a role-filtered search asks the store for while filling ``k``.
+MAX_SEARCH_FETCH = 400
+
+Id = Annotated[str, Field(min_length=1, max_length=256)]
+Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
+Tag = Annotated[str, Field(min_length=1, max_length=64)]
+Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+IdQuery = Annotated[str, Query(min_length=1, max_length=256)]
+OptionalIdQuery = Annotated[str | None, Query(min_length=1, max_length=256)]
+MemoryId = Annotated[str, Path(min_length=1, max_length=256)]
+
+_UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    503: {"description": "Memory is off, or its store is unavailable."}
+}
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChatMessageIn(_Body):
+    """A chat message to remember (each becomes an episodic memory with its neighbours as
+    context)."""
+
+    role: Literal["user", "assistant", "system", "tool"]
+    content: Text | list[dict[str, Any]]
+    name: Id | None = None
+    id: Id | None = None
+    #: Milliseconds since the epoch, or an ISO 8601 time.
+    timestamp: int | str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class CreateMemory(_Body):
+    """A text (one semantic memory unless ``type`` says otherwise) or a chat."""
+
+    user_id: Id
+    content: Text | None = None
+    messages: list[ChatMessageIn] | None = Field(default=None, min_length=1, max_length=1000)
+    type: MemoryType | None = None
+    metadata: dict[str, Any] | None = None
+    importance: Unit | None = None
+    tags: list[Tag] | None = Field(default=None, max_length=64)
+    agent_id: Id | None = None
+    project_id: Id | None = None
+    session_id: Id | None = None
+    #: Only keys holding one of these roles will see the memories (empty: every key).
+    allowed_roles: list[Id] | None = Field(default=None, max_length=64)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> CreateMemory:
+        if (self.content is None) == (self.messages is None):
+            raise ValueError("give exactly one of content and messages")
+        return self
+
+
+class SearchMemories(_Body):
+    user_id: Id
+    query: Text
+    k: int = Field(default=5, ge=1, le=100)
+    threshold: Unit | None = None
+    types: list[MemoryType] | None = Field(default=None, min_length=1)
+    project_id: Id | None = None
+    include_superseded: bool = False
+
+
+class UpdateMemory(_Body):
+    """New text and/or fields; ``metadata`` keys merge into the free-form metadata."""
+
+    user_id: Id | None = None
+    content: Text | None = None
+    metadata: dict[str, Any] | None = None
+    importance: Unit | None = None
+    confidence: Unit | None = None
+    tags: list[Tag] | None = Field(default=None, max_length=64)
+    reason: str | None = Field(default=None, max_length=1000)
+
+    @model_validator(mode="after")
+    def _something(self) -> UpdateMemory:
+        changes = (self.content, self.metadata, self.importance, self.confidence, self.tags)
+        if all(value is None for value in changes):
+            raise ValueError(
+                "nothing to update: give content, metadata, importance, confidence or tags"
+            )
+        return self
+
+
+class Memories(BaseModel):
+    memories: list[MemoryRecord]
+
+
+class MemoryPage(BaseModel):
+    """One page; follow ``next_cursor`` until it is null. A page may hold fewer than
+    ``limit`` memories when some are hidden from the key by their roles."""
+
+    memories: list[MemoryRecord]
+    next_cursor: str | None
+
+
+class SearchResults(BaseModel):
+    results: list[SearchResult]
+
+
+class History(BaseModel):
+    memory_id: str
+    entries: list[HistoryEntry]
+
+
+class Deleted(BaseModel):
+    deleted: int
+
+
+class Imported(BaseModel):
+    imported: int
+
+
+def long_term_of(runtime: MemoryRuntimeDep) -> LongTermMemory:
+    memory = runtime.long_term
+    if memory is None:  # require_memory already answered; memory went off since
+        raise ApiError(503, "memory is off", code="memory_unavailable")
+    return memory
+
+
+LongTermDep = Annotated[LongTermMemory, Depends(long_term_of)]
+
+
+def visible(principal: Principal, record: MemoryRecord) -> bool:
+    return principal.may_read(record.access_control.allowed_roles)
+
+
+def visible_record(
+    memory: LongTermMemory,
+    principal: Principal,
+    memory_id: str,
+    tenant_id: str,
+    user_id: str | None,
+) -> MemoryRecord:
+    """The record, or NotFoundError when it is absent or hidden from ``principal``."""
+    record = memory.get(memory_id, tenant_id=tenant_id, user_id=user_id)
+    if not visible(principal, record):
+        raise NotFoundError(memory_id)
+    return record
+
+
+# Fixed paths come before /{memory_id}, which would otherwise take "export" as an id.
+
+
+@router.get(
+    "/export",
+    response_class=Response,
+    responses={200: {"content": {JSONL: {}}, "description": "One memory a line."}, **_UNAVAILABLE},
+)
+def export_memories(
+    memory: LongTermDep,
+    principal: PrincipalDep,
+    tenant_id: TenantDep,
+    user_id: IdQuery,
+    project_id: OptionalIdQuery = None,
+) -> Response:
+    """A user's memories as JSON lines (record and vector), for ``POST /v1/memory/import``."""
+    scope = Filter.checked({"tenant_id": tenant_id, "user_id": user_id, "project_id": project_id})
+    out = io.StringIO()
+    memory.export_jsonl(scope, out)
+    lines = [line for line in out.getvalue().splitlines() if _exportable(principal, line)]
+    body = "".join(line + "\n" for line in lines)
+    disposition = f'attachment; filename="memories-{len(lines)}.jsonl"'
+    return Response(body, media_type=JSONL, headers={"Content-Disposition": disposition})
+
+
+def _exportable(principal: Principal, line: str) -> bool:
+    roles = json.loads(line)["record"]["access_control"]["allowed_roles"]
+    return principal.may_read(roles)
+
+
+@router.post(
+    "/import",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {JSONL: {"schema": {"type": "string"}}},
+            "description": "Lines written by GET /v1/memory/export.",
+        }
+    },
+    responses={413: {"description": "The body is too large."}, **_UNAVAILABLE},
+)
+async def import_memories(request: Request, memory: LongTermDep, tenant_id: TenantDep) -> Imported:
+    """Store the lines of an export, all or none, in the caller's tenant. A line whose
+    record names another tenant is refused: a key never writes into another tenant."""
+    raw = await request.body()
+    if len(raw) > MAX_IMPORT_BYTES:
+        raise ApiError(413, f"an import is at most {MAX_IMPORT_BYTES} bytes", code="too_large")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, f"the body is not UTF-8: {exc}", code="invalid_encoding") from None
+    lines = in_tenant(text.splitlines(), tenant_id)
+    return Imported(imported=await asyncio.to_thread(memory.import_jsonl, lines))
+
+
+def in_tenant(lines: Sequence[str], tenant_id: str) -> list[str]:
+    """``lines`` with every record placed in ``tenant_id``; ApiError 400 for a line whose
+    record names another tenant. Lines that are not records are left for the importer to
+    refuse, naming the line."""
+    placed = []
+    for number, text in enumerate(lines, 1):
+        try:
+            line = json.loads(text) if text.strip() else None
+        except json.JSONDecodeError:
+            line = None
+        record = line.get("record") if isinstance(line, dict) else None
+        if isinstance(record, dict):
+            named = record.setdefault("tenant_id", tenant_id)
+            if named != tenant_id:
+                raise ApiError(
+                    400,
+                    f"line {number}: the record belongs to another tenant; a key imports "
+                    "only into its own tenant",
+                    param="record.tenant_id",
+                    code="wrong_tenant",
+                )
+            text = json.dumps(line, separators=(",", ":"))
+        placed.append(text)
+    return placed
+
+
+@router.post("/search", responses=_UNAVAILABLE)
+def search_memories(
+    body: SearchMemories, memory: LongTermDep, principal: PrincipalDep, tenant_id: TenantDep
+) -> SearchResults:
+    """A user's memories most relevant to ``query``, best first, with their scores."""
+    scope = Filter.checked(
+        {
+            "tenant_id": tenant_id,
+            "project_id": body.project_id,
+            "types": frozenset(body.types) if body.types else None,
+        }
+    )
+    fetch = body.k
+    while True:
+        found = memory.search(
+            body.query,
+            user_id=body.user_id,
+            tenant_id=tenant_id,
+            k=fetch,
+            threshold=body.threshold,
+            filter=scope,
+            include_superseded=body.include_superseded,
+        )
+        shown = [result for result in found if visible(principal, result.record)]
+        # Hidden results leave gaps: ask for more until k are shown or the store runs out.
+        if len(shown) >= body.k or len(found) < fetch or fetch >= MAX_SEARCH_FETCH:
+            return SearchResults(results=shown[: body.k])
+        fetch = min(fetch * 4, MAX_SEARCH_FETCH)
+
+
+@router.post("", status_code=201, responses=_UNAVAILABLE)
+def create_memory(body: CreateMemory, memory: LongTermDep, tenant_id: TenantDep) -> Memories:
+    """Remember a text or each message of a chat, in one atomic write."""
+    said: str | list[dict[str, Any]] = (
+        body.content
+        if body.content is not None
+        else [m.model_dump(exclude_none=True) for m in body.messages or []]
+    )
+    options: dict[str, Any] = {
+        "user_id": body.user_id,
+        "tenant_id": tenant_id,
+        "agent_id": body.agent_id,
+        "project_id": body.project_id,
+        "session_id": body.session_id,
+        "metadata": body.metadata,
+        "type": body.type,
+        "importance": body.importance,
+        "tags": body.tags,
+    }
+    try:
+        if not body.allowed_roles:
+            return Memories(memories=memory.add(said, **options))
+        return Memories(memories=_add_with_roles(memory, said, options, body.allowed_roles))
+    except ValidationError as exc:
+        # A text is "messages[0]" to LongTermMemory.add; name the field the caller sent.
+        if body.content is not None and (exc.field or "").endswith(".user_metadata"):
+            raise ValidationError(exc.message, field="metadata") from None
+        raise
+
+
+def _add_with_roles(
+    memory: LongTermMemory,
+    said: str | list[dict[str, Any]],
+    options: dict[str, Any],
+    roles: list[str],
+) -> list[MemoryRecord]:
+    """``memory.add`` with the records' allowed roles set before the write (never after: a
+    search in between would show them to every key).
+
+    LongTermMemory.add takes no access control yet, so this builds the records the way it
+    does (its private steps) and stores them with ``add_records``."""
+    items: list[str | dict[str, Any]] = [said] if isinstance(said, str) else list(said)
+    ids = ("tenant_id", "user_id", "agent_id", "project_id", "session_id")
+    base = {name: options[name] for name in ids}
+    Filter.checked(base)
+    extras = {"importance": options["importance"], "tags": options["tags"]}
+    messages = [ltm._message(item, f"messages[{i}]") for i, item in enumerate(items)]
+    access = AccessControl(allowed_roles=sorted(set(roles)))
+    records = [
+        memory._record_from(messages, index, base, options["metadata"], options["type"], extras)
+        for index in range(len(messages))
+    ]
+    return memory.add_records([r.model_copy(update={"access_control": access}) for r in records])
+
+
+@router.get("", responses=_UNAVAILABLE)
+def list_memories(
+    memory: LongTermDep,
+    principal: PrincipalDep,
+    tenant_id: TenantDep,
+    user_id: OptionalIdQuery = None,
+    project_id: OptionalIdQuery = None,
+    type: Annotated[MemoryType | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=1024)] = None,
+) -> MemoryPage:
+    """The tenant's memories (or one user's), oldest first, a page at a time."""
+    scope = Filter.checked(
+        {
+            "tenant_id": tenant_id,
+            "user_id": user_id,
+            "project_id": project_id,
+            "types": frozenset({type}) if type else None,
+        }
+    )
+    page = memory.list(scope, limit=limit, cursor=cursor)
+    shown = [record for record in page.records if visible(principal, record)]
+    return MemoryPage(memories=shown, next_cursor=page.next_cursor)
+
+
+@router.delete("", responses=_UNAVAILABLE)
+def forget_user(
+    runtime: MemoryRuntimeDep,
+    tenant_id: TenantDep,
+    user_id: IdQuery,
+    project_id: OptionalIdQuery = None,
+) -> Deleted:
+    """Forget a user's memories (or one project's of them). Without ``project_id`` the
+    user's sessions and queued extraction go too, so nothing comes back later."""
+    return Deleted(deleted=runtime.forget_user(tenant_id, user_id, project_id))
+
+
+@router.get("/{memory_id}", responses=_UNAVAILABLE)
+def get_memory(
+    memory_id: MemoryId,
+    memory: LongTermDep,
+    principal: PrincipalDep,
+    tenant_id: TenantDep,
+    user_id: OptionalIdQuery = None,
+) -> MemoryRecord:
+    """One memory by id."""
+    return visible_record(memory, principal, memory_id, tenant_id, user_id)
+
+
+@router.patch(
+    "/{memory_id}", responses={409: {"description": "A concurrent update won."}, **_UNAVAILABLE}
+)
+def update_memory(
+    memory_id: MemoryId,
+    body: UpdateMemory,
+    memory: LongTermDep,
+    principal: PrincipalDep,
+    tenant_id: TenantDep,
+) -> MemoryRecord:
+    """Change a memory's text and/or fields; its version goes up and history keeps the old."""
+    visible_record(memory, principal, memory_id, tenant_id, body.user_id)
+    return memory.update(
+        memory_id,
+        body.content,
+        tenant_id=tenant_id,
+        user_id=body.user_id,
+        metadata=body.metadata,
+        importance=body.importance,
+        confidence=body.confidence,
+        tags=body.tags,
+        reason=body.reason,
+    )
+
+
+@router.get("/{memory_id}/history", responses=_UNAVAILABLE)
+def memory_history(
+    memory_id: MemoryId,
+    memory: LongTermDep,
+    principal: PrincipalDep,
+    tenant_id: TenantDep,
+    user_id: OptionalIdQuery = None,
+) -> History:
+    """Every version of a memory, oldest first, its deletion included."""
+    entries = memory.history(memory_id, tenant_id=tenant_id, user_id=user_id)
+    latest = entries[-1].new or entries[-1].old
+    if latest is not None and not visible(principal, latest):
+        raise NotFoundError(memory_id)
+    return History(memory_id=memory_id, entries=entries)
+
+
+@router.delete("/{memory_id}", responses=_UNAVAILABLE)
+def delete_memory(
+    memory_id: MemoryId,
+    memory: LongTermDep,
+    principal: PrincipalDep,
+    tenant_id: TenantDep,
+    user_id: OptionalIdQuery = None,
+) -> Deleted:
+    """Forget one memory (its history stays)."""
+    visible_record(memory, principal, memory_id, tenant_id, user_id)
+    memory.delete(memory_id, tenant_id=tenant_id, user_id=user_id, reason="deleted by API")
+    return Deleted(deleted=1)
+
+
+__all__ = ["in_tenant", "router"]

@@ -1,7 +1,250 @@
-"""Placeholder router (filled in by its own module's work)."""
+"""Short-term memory over HTTP, ``/v1/sessions`` (SPEC S1, S2, S5, A5).
+
+Append messages to a session (OpenAI, Vercel or rich shape), read its whole history back
+with its running summary and window, list a user's sessions, end a session (its episodic
+summary is kept for the next session, and the ``session_end`` webhook is sent), and set the
+session's injected system memory at runtime: the chat proxy puts it in front of the next
+request. Sessions live in the caller's tenant; memory off (F1) leaves them working.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import logging
+from typing import Annotated, Any, Literal
 
-router = APIRouter()
+from fastapi import APIRouter, BackgroundTasks, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from chatmem.errors import ChatmemError, NotFoundError
+from chatmem.formats import Format, parse_messages, render_message, render_messages
+from chatmem.messages import Message, SessionKey
+from chatmem.server.app import RuntimeDep, TenantDep
+from chatmem.server.chat import system_text_name
+from chatmem.server.runtime import Runtime
+
+logger = logging.getLogger("chatmem.server.sessions")
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+#: Longest runtime system memory of a session, in characters.
+MAX_SYSTEM_CHARS = 32_000
+
+Id = Annotated[str, Field(min_length=1, max_length=256)]
+SessionId = Annotated[str, Path(min_length=1, max_length=256)]
+UserQuery = Annotated[str, Query(min_length=1, max_length=256)]
+FormatQuery = Annotated[Literal["openai", "vercel", "rich"], Query()]
+
+
+class AppendMessages(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Id
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=1000)
+    format: Literal["openai", "vercel", "rich"] = "openai"
+
+
+class SystemMemory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Id
+    content: str = Field(min_length=1, max_length=MAX_SYSTEM_CHARS)
+
+
+class Appended(BaseModel):
+    session_id: str
+    #: The session's length after the append, in messages.
+    length: int
+
+
+class SessionView(BaseModel):
+    """A session's whole history (S5) and what of it the model sees now."""
+
+    session_id: str
+    messages: list[dict[str, Any]]
+    #: The running summary of the messages before ``window_start``, if any.
+    summary: dict[str, Any] | None
+    #: Index in ``messages`` of the first message still in the window.
+    window_start: int
+    working_state: dict[str, Any] | None
+    #: The episodic summary made when the session ended.
+    episode: dict[str, Any] | None
+    #: Milliseconds since the epoch; null while the session runs.
+    ended_at: int | None
+
+
+class SessionSummary(BaseModel):
+    session_id: str
+    length: int
+    #: Milliseconds since the epoch of the last append.
+    updated_at: int
+    ended_at: int | None
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionSummary]
+
+
+class Ended(BaseModel):
+    session_id: str
+    length: int
+    #: The episodic summary of the whole session.
+    summary: str | None
+
+
+class SystemMemoryView(BaseModel):
+    session_id: str
+    content: str
+
+
+class Removed(BaseModel):
+    deleted: bool
+
+
+def _key(tenant_id: str, user_id: str, session_id: str) -> SessionKey:
+    return SessionKey.of(tenant_id, user_id, session_id)
+
+
+def _observe(
+    runtime: Runtime, key: SessionKey, messages: list[Message], *, ended: bool = False
+) -> None:
+    """Queue extraction after the response (failures are logged: the session is stored)."""
+    try:
+        runtime.observe(key, messages, ended=ended)
+    except ChatmemError as exc:  # boundary: extraction is best effort off the request path
+        logger.warning("Memory: queueing extraction of %s failed: %s", key.session_id, exc)
+
+
+def _existing(runtime: Runtime, key: SessionKey) -> int:
+    length = runtime.short_term.store.length(key)
+    if length == 0:
+        raise NotFoundError(key.session_id, what="session")
+    return length
+
+
+@router.post("/{session_id}/messages", status_code=201)
+def append_messages(
+    session_id: SessionId,
+    body: AppendMessages,
+    runtime: RuntimeDep,
+    tenant_id: TenantDep,
+    tasks: BackgroundTasks,
+) -> Appended:
+    """Append messages (all or none); extraction is queued after the response."""
+    key = _key(tenant_id, body.user_id, session_id)
+    format: Format = body.format
+    parsed = parse_messages(body.messages, format)
+    length = runtime.short_term.append(key, parsed)
+    tasks.add_task(_observe, runtime, key, parsed)
+    return Appended(session_id=session_id, length=length)
+
+
+@router.get("")
+def list_sessions(runtime: RuntimeDep, tenant_id: TenantDep, user_id: UserQuery) -> SessionList:
+    """A user's sessions, most recently updated first."""
+    infos = runtime.short_term.store.sessions(tenant_id, user_id)
+    return SessionList(sessions=[SessionSummary(**info._asdict()) for info in infos])
+
+
+@router.get("/{session_id}")
+def read_session(
+    session_id: SessionId,
+    runtime: RuntimeDep,
+    tenant_id: TenantDep,
+    user_id: UserQuery,
+    format: FormatQuery = "rich",
+) -> SessionView:
+    """The whole history, oldest first, with the summary and window start."""
+    key = _key(tenant_id, user_id, session_id)
+    _existing(runtime, key)
+    history = runtime.short_term.history(key)
+    window = runtime.short_term.window(key)
+    state = runtime.short_term.store.state(key)
+    return SessionView(
+        session_id=session_id,
+        messages=render_messages(history, format),
+        summary=render_message(window.summary, format) if window.summary else None,
+        window_start=window.start,
+        working_state=window.working_state,
+        episode=render_message(state.episode, format) if state.episode else None,
+        ended_at=state.ended_at,
+    )
+
+
+@router.post("/{session_id}/end")
+def end_session(
+    session_id: SessionId,
+    runtime: RuntimeDep,
+    tenant_id: TenantDep,
+    user_id: UserQuery,
+    tasks: BackgroundTasks,
+) -> Ended:
+    """End the session: keep its episodic summary for the next one, queue its extraction,
+    and send the ``session.ended`` webhook (queued; a slow receiver never delays this)."""
+    key = _key(tenant_id, user_id, session_id)
+    length = _existing(runtime, key)
+    episode = runtime.short_term.end(key)
+    summary = episode.content if episode is not None else None
+    tasks.add_task(_observe, runtime, key, [], ended=True)
+    if runtime.webhooks is not None:
+        history = runtime.short_term.history(key)
+        runtime.webhooks.send(
+            {
+                "event": "session.ended",
+                "tenant_id": tenant_id,
+                "user_id": user_id,
+                "session_id": session_id,
+                "summary": summary,
+                "messages": render_messages(history, "rich"),
+            }
+        )
+    return Ended(session_id=session_id, length=length, summary=summary)
+
+
+@router.delete("/{session_id}")
+def delete_session(
+    session_id: SessionId, runtime: RuntimeDep, tenant_id: TenantDep, user_id: UserQuery
+) -> Removed:
+    """Forget a session: its messages, its state and its runtime system memory."""
+    key = _key(tenant_id, user_id, session_id)
+    existed = runtime.short_term.store.length(key) > 0
+    runtime.short_term.clear(key)
+    had_system = runtime.short_term.store.delete_text(tenant_id, system_text_name(key))
+    if not (existed or had_system):
+        raise NotFoundError(session_id, what="session")
+    return Removed(deleted=True)
+
+
+@router.put("/{session_id}/system")
+def put_system_memory(
+    session_id: SessionId, body: SystemMemory, runtime: RuntimeDep, tenant_id: TenantDep
+) -> SystemMemoryView:
+    """Set the session's injected system memory (A5); the next chat request carries it."""
+    key = _key(tenant_id, body.user_id, session_id)
+    runtime.short_term.store.put_text(tenant_id, system_text_name(key), body.content)
+    return SystemMemoryView(session_id=session_id, content=body.content)
+
+
+@router.get("/{session_id}/system")
+def get_system_memory(
+    session_id: SessionId, runtime: RuntimeDep, tenant_id: TenantDep, user_id: UserQuery
+) -> SystemMemoryView:
+    """The session's injected system memory."""
+    key = _key(tenant_id, user_id, session_id)
+    content = runtime.short_term.store.get_text(tenant_id, system_text_name(key))
+    if content is None:
+        raise NotFoundError(session_id, what="system memory of session")
+    return SystemMemoryView(session_id=session_id, content=content)
+
+
+@router.delete("/{session_id}/system")
+def delete_system_memory(
+    session_id: SessionId, runtime: RuntimeDep, tenant_id: TenantDep, user_id: UserQuery
+) -> Removed:
+    """Stop injecting the session's system memory."""
+    key = _key(tenant_id, user_id, session_id)
+    if not runtime.short_term.store.delete_text(tenant_id, system_text_name(key)):
+        raise NotFoundError(session_id, what="system memory of session")
+    return Removed(deleted=True)
+
+
+__all__ = ["router"]
