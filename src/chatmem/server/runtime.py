@@ -27,7 +27,8 @@ from chatmem.extraction.offline import OfflineExtractor
 from chatmem.llm.base import ModelRole
 from chatmem.llm.client import ModelRegistry
 from chatmem.long_term import LongTermMemory
-from chatmem.messages import Message, SessionKey
+from chatmem.formats import render_messages
+from chatmem.messages import Message, SessionKey, now_ms
 from chatmem.records import Filter
 from chatmem.retrieval import Retriever, UsageRecorder
 from chatmem.server.auth import KeyStore
@@ -79,6 +80,8 @@ class Runtime:
     database_error: str | None = None
     _closed: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
+    _sweeper: threading.Thread | None = field(default=None, repr=False)
 
     @classmethod
     def start(cls, config: ServiceConfig, *, embedder: Embedder | None = None) -> Runtime:
@@ -115,6 +118,7 @@ class Runtime:
         if config.memory.enabled:
             runtime._open_memory(embedder or _embedder(config))
         metrics.queue_depth = runtime.queue_depth
+        runtime.start_sweeper()
         return runtime
 
     def _open_memory(self, embedder: Embedder) -> None:
@@ -167,6 +171,54 @@ class Runtime:
                 if self.worker is not None:
                     self.worker.notify()
 
+    def end_session(self, key: SessionKey) -> Message | None:
+        """End a session: keep its episodic summary, queue what is left for extraction and
+        send the ``session.ended`` webhook (queued; never waits on the receiver)."""
+        episode = self.short_term.end(key)
+        self.observe(key, [], ended=True)
+        if self.webhooks is not None:
+            self.webhooks.send(
+                {
+                    "event": "session.ended",
+                    "tenant_id": key.tenant_id,
+                    "user_id": key.user_id,
+                    "session_id": key.session_id,
+                    "summary": episode.content if episode is not None else None,
+                    "messages": render_messages(self.short_term.history(key), "rich"),
+                }
+            )
+        return episode
+
+    def end_idle_sessions(self) -> list[SessionKey]:
+        """End the sessions quiet for ``memory.sessions.idle_minutes``."""
+        idle_ms = int(self.config.memory.sessions.idle_minutes * 60_000)
+        ended = []
+        for key in self.short_term.store.idle(now_ms() - idle_ms):
+            try:
+                self.end_session(key)
+            except ChatmemError as exc:  # boundary: one bad session must not stop the sweep
+                logger.warning("ending idle session %s failed: %s", key.session_id, exc)
+                continue
+            ended.append(key)
+        if ended:
+            logger.info("ended %d idle sessions", len(ended))
+        return ended
+
+    def start_sweeper(self, every_s: float | None = None) -> None:
+        """End idle sessions from a background thread until ``close``."""
+        idle_s = self.config.memory.sessions.idle_minutes * 60
+        period = every_s if every_s is not None else min(60.0, max(1.0, idle_s / 4))
+
+        def sweep() -> None:
+            while not self._stopping.wait(period):
+                try:
+                    self.end_idle_sessions()
+                except ChatmemError as exc:  # boundary: the store may be down for a while
+                    logger.warning("idle session sweep failed: %s", exc)
+
+        self._sweeper = threading.Thread(target=sweep, name="chatmem-sessions", daemon=True)
+        self._sweeper.start()
+
     def forget_user(self, tenant_id: str, user_id: str, project_id: str | None = None) -> int:
         """Forget a user: long-term memories, and (for the whole user) sessions and queued
         extraction, so nothing comes back from a batch still waiting. Returns the memories
@@ -188,6 +240,9 @@ class Runtime:
             if self._closed:
                 return
             self._closed = True
+        self._stopping.set()
+        if self._sweeper is not None:
+            self._sweeper.join(10)
         if self.webhooks is not None:
             self.webhooks.close()
         if self.worker is not None:
