@@ -100,8 +100,10 @@ class LongTermMemory:
         type: MemoryType | None = None,
         importance: float | None = None,
         tags: Sequence[str] | None = None,
+        allowed_roles: Sequence[str] | None = None,
     ) -> list[MemoryRecord]:
         """Store a text, or each message of a chat, as raw memories; returns the records.
+        ``allowed_roles`` restricts who may read them (L7), from the first moment they exist.
 
         A plain text becomes a semantic memory; chat messages become episodic memories, one
         per message, each indexed with its speaker, the day it was said and its neighbouring
@@ -119,9 +121,10 @@ class LongTermMemory:
         }
         Filter.checked(base)  # names a bad id as itself, not as a field of every message
         extras = {"importance": importance, "tags": tags}
+        access = {"allowed_roles": sorted(set(allowed_roles))} if allowed_roles else None
         said = [_message(item, f"messages[{i}]") for i, item in enumerate(items)]
         records = [
-            self._record_from(said, index, base, metadata, type, extras)
+            self._record_from(said, index, base, metadata, type, extras, access)
             for index in range(len(said))
         ]
         return self.add_records(records)
@@ -143,6 +146,7 @@ class LongTermMemory:
         metadata: Mapping[str, Any] | None,
         memory_type: MemoryType | None,
         extras: Mapping[str, Any],
+        access_control: Mapping[str, Any] | None = None,
     ) -> MemoryRecord:
         message = said[index]
         user_metadata = {**(metadata or {}), **message.metadata}
@@ -164,6 +168,8 @@ class LongTermMemory:
             "user_metadata": user_metadata,
             "context": self._context(said, index),
         }
+        if access_control:
+            fields["access_control"] = access_control
         return MemoryRecord.checked(fields, f"messages[{index}]")
 
     def _context(self, said: Sequence[_Message], index: int) -> dict[str, Any] | None:

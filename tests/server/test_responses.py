@@ -411,7 +411,7 @@ def test_auto_store_false_queues_no_extraction(service: TestClient) -> None:
         ({"input": "hi", "memory_config": {"retrieval_limit": 0}}, "memory_config.retrieval_limit"),
         (
             {"input": "hi", "memory_config": {"memory_types": ["dreams"]}},
-            "memory_config.memory_types.0",
+            "memory_config.memory_types[0]",
         ),
         (
             {"input": "hi", "memory_config": {"similarity_threshold": 2}},

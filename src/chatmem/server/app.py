@@ -88,6 +88,14 @@ def error_response(
     return JSONResponse(body, status_code=status)
 
 
+def field_path(loc: list[Any]) -> str | None:
+    """A validation error's location as chatmem names fields: ``messages[0].role``."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or None
+
+
 def runtime_of(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
@@ -171,8 +179,10 @@ def _register_errors(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        where = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
-        param = ".".join(where) or None
+        loc = list(first.get("loc", ()))
+        if loc and loc[0] in ("body", "query", "path", "header", "cookie"):
+            loc = loc[1:]  # where it came from, not a field's name (a field may be "query")
+        param = field_path(loc)
         message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
         text = f"{param}: {message}" if param else message
         return error_response(400, text, param=param, code="validation_error")

@@ -23,12 +23,12 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import httpx
 from fastapi import APIRouter, BackgroundTasks, Body, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from chatmem.errors import ChatmemError
 from chatmem.messages import Message, Role, SessionKey
@@ -44,7 +44,6 @@ router = APIRouter(tags=["chat"])
 USER_HEADER = "X-Chatmem-User"
 SESSION_HEADER = "X-Chatmem-Session"
 DEFAULT_SESSION = "default"
-_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 #: Request headers passed on to the upstream (the rest are chatmem's or hop-by-hop).
 _FORWARDED = ("openai-organization", "openai-project", "openai-beta")
 
@@ -74,13 +73,40 @@ class MemoryOptions(BaseModel):
     auto_store: bool | None = None
 
 
+_CONTENT_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "object"}},
+        {"type": "null"},
+    ]
+}
+
+
+class ChatMessageIn(BaseModel):
+    """One message of a chat request; its other fields (tool calls, name…) pass through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: Annotated[Any, WithJsonSchema(_CONTENT_SCHEMA)] = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_or_parts(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, list) and all(isinstance(part, dict) for part in value):
+            return value
+        raise ValueError("must be a string or a list of content parts")
+
+
 class ChatRequest(BaseModel):
     """An OpenAI chat completion request; fields chatmem does not read pass through."""
 
     model_config = ConfigDict(extra="allow")
 
     model: str = Field(min_length=1)
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[ChatMessageIn] = Field(min_length=1)
     stream: bool = False
     user: str | None = Field(default=None, max_length=256)
     memory_context: MemoryContext | None = None
@@ -120,26 +146,6 @@ async def upstream_client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
     timeout = httpx.Timeout(runtime.config.upstream.timeout_s, connect=10.0)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
         yield client
-
-
-def check_messages(messages: Sequence[Mapping[str, Any]], field_name: str = "messages") -> None:
-    for index, message in enumerate(messages):
-        role = message.get("role")
-        if role not in _ROLES:
-            raise ApiError(
-                400,
-                f"{field_name}[{index}].role: must be one of {sorted(_ROLES)}",
-                param=f"{field_name}[{index}].role",
-                code="invalid_role",
-            )
-        content = message.get("content")
-        if content is not None and not isinstance(content, str | list):
-            raise ApiError(
-                400,
-                f"{field_name}[{index}].content: must be a string or a list",
-                param=f"{field_name}[{index}].content",
-                code="invalid_content",
-            )
 
 
 def memory_user(
@@ -353,15 +359,13 @@ async def chat_completions(
     tasks: BackgroundTasks,
 ) -> Response:
     """An OpenAI chat completion, with the user's memories injected and the turn stored."""
-    check_messages(body.messages)
+    messages = [m.model_dump(exclude_unset=True) for m in body.messages]
     url = upstream_url(runtime, "/chat/completions")
     user_id, session_id = memory_user(body.memory_context, body.user, request)
-    prepared = await prepare(
-        runtime, tenant_id, user_id, session_id, body.messages, body.memory_config
-    )
+    prepared = await prepare(runtime, tenant_id, user_id, session_id, messages, body.memory_config)
     payload = body.model_dump(exclude_unset=True, exclude={"memory_context", "memory_config"})
     payload["messages"] = prepared.messages
-    turn = new_turn(body.messages) if prepared.store else []
+    turn = new_turn(messages) if prepared.store else []
     client: httpx.AsyncClient = request.app.state.upstream
     headers = upstream_headers(runtime, request)
     if body.stream:
@@ -454,7 +458,6 @@ __all__ = [
     "MemoryContext",
     "MemoryOptions",
     "Prepared",
-    "check_messages",
     "memory_user",
     "new_turn",
     "prepare",

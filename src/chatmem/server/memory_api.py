@@ -20,12 +20,10 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from chatmem import long_term as ltm
 from chatmem.errors import NotFoundError, ValidationError
 from chatmem.long_term import LongTermMemory
 from chatmem.records import (
     MAX_TEXT_CHARS,
-    AccessControl,
     Filter,
     HistoryEntry,
     MemoryRecord,
@@ -316,39 +314,13 @@ def create_memory(body: CreateMemory, memory: LongTermDep, tenant_id: TenantDep)
         "tags": body.tags,
     }
     try:
-        if not body.allowed_roles:
-            return Memories(memories=memory.add(said, **options))
-        return Memories(memories=_add_with_roles(memory, said, options, body.allowed_roles))
+        added = memory.add(said, **options, allowed_roles=body.allowed_roles or None)
+        return Memories(memories=added)
     except ValidationError as exc:
         # A text is "messages[0]" to LongTermMemory.add; name the field the caller sent.
         if body.content is not None and (exc.field or "").endswith(".user_metadata"):
             raise ValidationError(exc.message, field="metadata") from None
         raise
-
-
-def _add_with_roles(
-    memory: LongTermMemory,
-    said: str | list[dict[str, Any]],
-    options: dict[str, Any],
-    roles: list[str],
-) -> list[MemoryRecord]:
-    """``memory.add`` with the records' allowed roles set before the write (never after: a
-    search in between would show them to every key).
-
-    LongTermMemory.add takes no access control yet, so this builds the records the way it
-    does (its private steps) and stores them with ``add_records``."""
-    items: list[str | dict[str, Any]] = [said] if isinstance(said, str) else list(said)
-    ids = ("tenant_id", "user_id", "agent_id", "project_id", "session_id")
-    base = {name: options[name] for name in ids}
-    Filter.checked(base)
-    extras = {"importance": options["importance"], "tags": options["tags"]}
-    messages = [ltm._message(item, f"messages[{i}]") for i, item in enumerate(items)]
-    access = AccessControl(allowed_roles=sorted(set(roles)))
-    records = [
-        memory._record_from(messages, index, base, options["metadata"], options["type"], extras)
-        for index in range(len(messages))
-    ]
-    return memory.add_records([r.model_copy(update={"access_control": access}) for r in records])
 
 
 @router.get("", responses=_UNAVAILABLE)

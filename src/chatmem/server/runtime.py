@@ -24,10 +24,10 @@ from chatmem.errors import ChatmemError
 from chatmem.extraction.base import Extractor
 from chatmem.extraction.llm import LLMExtractor
 from chatmem.extraction.offline import OfflineExtractor
+from chatmem.formats import render_messages
 from chatmem.llm.base import ModelRole
 from chatmem.llm.client import ModelRegistry
 from chatmem.long_term import LongTermMemory
-from chatmem.formats import render_messages
 from chatmem.messages import Message, SessionKey, now_ms
 from chatmem.records import Filter
 from chatmem.retrieval import Retriever, UsageRecorder

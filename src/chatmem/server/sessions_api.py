@@ -176,27 +176,13 @@ def end_session(
     runtime: RuntimeDep,
     tenant_id: TenantDep,
     user_id: UserQuery,
-    tasks: BackgroundTasks,
 ) -> Ended:
     """End the session: keep its episodic summary for the next one, queue its extraction,
     and send the ``session.ended`` webhook (queued; a slow receiver never delays this)."""
     key = _key(tenant_id, user_id, session_id)
     length = _existing(runtime, key)
-    episode = runtime.short_term.end(key)
+    episode = runtime.end_session(key)
     summary = episode.content if episode is not None else None
-    tasks.add_task(_observe, runtime, key, [], ended=True)
-    if runtime.webhooks is not None:
-        history = runtime.short_term.history(key)
-        runtime.webhooks.send(
-            {
-                "event": "session.ended",
-                "tenant_id": tenant_id,
-                "user_id": user_id,
-                "session_id": session_id,
-                "summary": summary,
-                "messages": render_messages(history, "rich"),
-            }
-        )
     return Ended(session_id=session_id, length=length, summary=summary)
 
 
