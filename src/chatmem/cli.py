@@ -360,8 +360,13 @@ def serve(
             f"(upstream: {settings.upstream.base_url or 'none: chat answers 503'})",
             highlight=False,
         )
-        run(create_app(settings), host=settings.server.host, port=settings.server.port,
-            log_level=settings.log_level)  # fmt: skip
+        run(
+            create_app(settings),
+            host=settings.server.host,
+            port=settings.server.port,
+            log_level=settings.log_level,
+            log_format=settings.log_format,
+        )
 
 
 def _check_exposure(settings: Any) -> None:

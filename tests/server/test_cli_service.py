@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -43,7 +44,11 @@ def test_serve_answers_with_memory_over_http(tmp_path: Path) -> None:
     server = subprocess.Popen(
         [sys.executable, "-m", "chatmem.cli", "serve", "--port", str(port),
          "--scripted-upstream"],
-        env={**_env(tmp_path), "CHATMEM__MEMORY__EXTRACTION_BATCH_SIZE": "1"},
+        env={
+            **_env(tmp_path),
+            "CHATMEM__MEMORY__EXTRACTION_BATCH_SIZE": "1",
+            "CHATMEM__LOG_FORMAT": "json",
+        },
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
@@ -81,5 +86,10 @@ def test_serve_answers_with_memory_over_http(tmp_path: Path) -> None:
         http.close()
         server.terminate()
         server.wait(30)
+        log = server.stdout.read() if server.stdout is not None else ""
         if server.stdout is not None:
             server.stdout.close()
+    # Extraction shows in the logs, one JSON object per line with the batch's fields.
+    records = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    stored = [r for r in records if r["message"].startswith("Memory: stored")]
+    assert stored and stored[0]["user_id"] == "alice" and stored[0]["stored"] >= 1

@@ -204,6 +204,8 @@ class ServiceConfig(_Section):
     auth: AuthSection = Field(default_factory=AuthSection)
     webhooks: WebhooksSection = Field(default_factory=WebhooksSection)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: ``json``: one object per line with the records' fields (batch ids, users, counts).
+    log_format: Literal["text", "json"] = "text"
 
     @model_validator(mode="before")
     @classmethod

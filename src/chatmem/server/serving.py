@@ -3,9 +3,11 @@ thread on a free port (the demo, the benchmarks, end-to-end tests)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -47,12 +49,45 @@ class ServiceThread:
         self._thread.join(30)
 
 
-def serve(app: FastAPI, *, host: str, port: int, log_level: str = "info") -> None:
-    """Serve in the foreground until interrupted."""
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: LogRecord attributes that are not a caller's ``extra`` fields.
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and the record's ``extra``
+    fields (the write policy logs batch_id, tenant_id, user_id, stored, updated…)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        JsonFormatter()
+        if fmt == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
 
 
-__all__ = ["ServiceThread", "serve"]
+def serve(
+    app: FastAPI, *, host: str, port: int, log_level: str = "info", log_format: str = "text"
+) -> None:
+    """Serve in the foreground until interrupted."""
+    configure_logging(log_level, log_format)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, log_config=None)
+
+
+__all__ = ["JsonFormatter", "ServiceThread", "configure_logging", "serve"]
