@@ -20,6 +20,8 @@ The file (every key optional; these are the defaults)::
     server: {host: 127.0.0.1, port: 8080, data_dir: null}
     auth: {anonymous_tenant: default, admin_key_env: null, keys: []}
     webhooks: {session_end: null}         # {url, secret_env, max_attempts, timeout_s}
+    log_level: info
+    log_format: text                      # json: one object per line
 
 ``external_models`` may also sit at the top level, as in the design. An environment variable
 ``CHATMEM__SECTION__KEY=value`` overrides ``section.key`` (the value is read as YAML, so
