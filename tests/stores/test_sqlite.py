@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 from chatmem.errors import ConfigError, StoreError, ValidationError
 from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord
 from chatmem.stores import SQLiteStore, open_store
-from chatmem.stores.sqlite import MIGRATIONS
+from chatmem.stores.base import SearchQuery
+from chatmem.stores.sqlite import FTS_SHARDS, MIGRATIONS
 
 EMBEDDING = EmbeddingInfo(model="test", dimension=4)
 WRITES = 40
@@ -151,3 +153,60 @@ def test_vector_cache_follows_writes_from_another_connection(tmp_path: Path, bud
     assert _nearest(reader, _unit(0, 1), ids=(other.id,)) == []
     reader.close()
     writer.close()
+
+
+def _search_ids(store: SQLiteStore, user: str, text: str, vector: np.ndarray) -> list[str]:
+    found = store.search(
+        SearchQuery(filter=Filter(user_id=user), text=text, vector=vector, candidates=10)
+    )
+    return sorted(c.id for c in found if c.keyword_score is not None)
+
+
+def test_a_store_from_before_the_keyword_shards_is_migrated_in_place(tmp_path: Path) -> None:
+    """Version 1 kept every user's words in one FTS table; opening it moves each row to its
+    user's shard, and keyword search finds exactly what it found before."""
+    rng = np.random.default_rng(7)
+    users = [f"user-{i}" for i in range(40)]  # enough to fill most of the 16 shards
+    texts = ["My budget for the trip is ${n}", "I walk my dog at {n}", "My sister lives in {n}"]
+    entries = [
+        Entry(MemoryRecord(user_id=user, content={"raw": text.format(n=n)}), rng.random(4))
+        for n, user in enumerate(users)
+        for text in texts
+    ]
+    new_store = SQLiteStore(tmp_path / "new.db")
+    new_store.bind_embedding(EMBEDDING)
+    new_store.put([Entry(e.record, e.vector.astype(np.float32)) for e in entries])
+    old = sqlite3.connect(tmp_path / "old.db")
+    for statement in MIGRATIONS[0].split(";"):
+        if statement.strip():
+            old.execute(statement)
+    old.execute("CREATE TABLE chatmem_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER)")
+    old.execute("INSERT INTO chatmem_migrations VALUES (1, 0)")
+    new = sqlite3.connect(tmp_path / "new.db")
+    for table in ("chatmem_meta", "memories", "memory_vectors", "user_versions", "memory_history"):
+        rows = new.execute(f"SELECT * FROM {table}").fetchall()
+        if rows:
+            marks = ", ".join("?" * len(rows[0]))
+            old.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+    for digit in FTS_SHARDS:
+        old.executemany(
+            "INSERT INTO memory_fts (rowid, ukey, said, prev, nxt, day) VALUES (?, ?, ?, ?, ?, ?)",
+            new.execute(f"SELECT rowid, ukey, said, prev, nxt, day FROM memory_fts_{digit}"),
+        )
+    old.commit()
+    old.close()
+    new.close()
+    migrated = SQLiteStore(tmp_path / "old.db")
+    check = sqlite3.connect(tmp_path / "old.db")
+    tables = {name for (name,) in check.execute("SELECT name FROM sqlite_master")}
+    check.close()
+    assert "memory_fts" not in tables
+    assert {f"memory_fts_{digit}" for digit in FTS_SHARDS} <= tables
+    vector = np.ones(4, dtype=np.float32) / 2
+    for user in users[:12]:
+        assert _search_ids(migrated, user, "trip budget dog sister", vector) == _search_ids(
+            new_store, user, "trip budget dog sister", vector
+        )
+        assert len(_search_ids(migrated, user, "trip budget dog sister", vector)) == 3
+    migrated.close()
+    new_store.close()

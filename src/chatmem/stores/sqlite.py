@@ -5,8 +5,9 @@ Layout:
 - ``memory_vectors``: each record's vector (float32 blob). Searches score a user's vectors
   in memory (``vector_cache``): one matrix product, exact, and kept in step with other
   connections by ``user_versions``, which every write transaction bumps.
-- ``memory_fts``: FTS5 (porter stemming) over the fields of ``text.index_fields``, plus a
-  per-user token column so a keyword search never scores another user's rows.
+- ``memory_fts_0`` … ``memory_fts_f``: FTS5 (porter stemming) over the fields of
+  ``text.index_fields``, sharded by user (``FTS_SHARDS``), plus a per-user token column so a
+  keyword search never scores another user's rows.
 - ``memory_history``: every add, update and delete, with the record before and after.
 
 Writes are ``BEGIN IMMEDIATE`` transactions on per-thread connections with a busy timeout,
@@ -66,6 +67,20 @@ WRITE_RETRY_SECONDS = 120.0
 #: messages around it less. Tuned on half of LoCoMo, checked on the other half.
 FTS_WEIGHTS = (0.0, 1.0, 0.5, 0.3, 1.0)
 
+#: Keyword indexes: one FTS5 table per first hex digit of the user token. A keyword search
+#: walks the posting lists of its terms within one table, so sharding makes them 16 times
+#: shorter at any size of store (at 1M memories, "trip" was in 136,277 rows of one table).
+#: BM25's statistics are per table; users land in tables at random, so they stay alike.
+FTS_SHARDS = "0123456789abcdef"
+_FTS_COLUMNS = "ukey, said, prev, nxt, day"
+_SHARD_FTS = "\n".join(
+    f"CREATE VIRTUAL TABLE memory_fts_{digit} USING fts5({_FTS_COLUMNS},"
+    " tokenize = 'porter unicode61 remove_diacritics 2');"
+    f" INSERT INTO memory_fts_{digit} (rowid, {_FTS_COLUMNS})"
+    f" SELECT rowid, {_FTS_COLUMNS} FROM memory_fts WHERE substr(ukey, 2, 1) = '{digit}';"
+    for digit in FTS_SHARDS
+) + "\nDROP TABLE memory_fts;"
+
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE chatmem_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -111,6 +126,7 @@ MIGRATIONS: tuple[str, ...] = (
         ukey, said, prev, nxt, day, tokenize = 'porter unicode61 remove_diacritics 2'
     );
     """,
+    _SHARD_FTS,
 )
 
 
@@ -122,6 +138,15 @@ def user_key(tenant_id: str, user_id: str) -> str:
 def _user_token(tenant_id: str, user_id: str) -> str:
     digest = hashlib.blake2b(user_key(tenant_id, user_id).encode(), digest_size=12).hexdigest()
     return f"u{digest}"
+
+
+def _fts_table(token: str) -> str:
+    """The keyword table of a user token (``u`` and 24 hex digits)."""
+    return f"memory_fts_{token[1]}"
+
+
+def _fts_of(record: MemoryRecord) -> str:
+    return _fts_table(_user_token(record.tenant_id, record.user_id))
 
 
 def _bump(conn: sqlite3.Connection, record: MemoryRecord, counter: str) -> None:
@@ -412,9 +437,10 @@ class SQLiteStore(MemoryStore):
 
     @staticmethod
     def _index_text(conn: sqlite3.Connection, rowid: int, record: MemoryRecord) -> None:
+        token = _user_token(record.tenant_id, record.user_id)
         conn.execute(
-            "INSERT INTO memory_fts (rowid, ukey, said, prev, nxt, day) VALUES (?, ?, ?, ?, ?, ?)",
-            (rowid, _user_token(record.tenant_id, record.user_id), *textlib.index_fields(record)),
+            f"INSERT INTO {_fts_table(token)} (rowid, {_FTS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+            (rowid, token, *textlib.index_fields(record)),
         )
 
     @staticmethod
@@ -480,7 +506,7 @@ class SQLiteStore(MemoryStore):
                 (_blob(change.vector), rowid),
             )
             _bump(conn, new, "changed")
-        conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
+        conn.execute(f"DELETE FROM {_fts_of(new)} WHERE rowid = ?", (rowid,))
         self._index_text(conn, rowid, new)
         self._add_history(conn, HistoryEvent.UPDATE, _record(body), new, change.reason)
 
@@ -514,10 +540,10 @@ class SQLiteStore(MemoryStore):
                 f"SELECT m.rowid, m.body FROM memories AS m WHERE {where}", params
             ).fetchall()
             for rowid, body in rows:
-                conn.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
-                for table in ("memory_vectors", "memory_fts"):
-                    conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
                 gone = _record(body)
+                conn.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
+                for table in ("memory_vectors", _fts_of(gone)):
+                    conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
                 _bump(conn, gone, "changed")
                 self._add_history(conn, HistoryEvent.DELETE, gone, None, reason)
             return [_record(body).id for _, body in rows]
@@ -683,20 +709,21 @@ class SQLiteStore(MemoryStore):
         if not terms:
             return []
         token = _user_token(query.filter.tenant_id, user)
+        table = _fts_table(token)
         match = f'ukey : "{token}" AND {{said prev nxt day}} : ({textlib.fts5_any(terms)})'
         weights = ", ".join(str(w) for w in FTS_WEIGHTS)
         if narrowing is not None:
             where, params = narrowing
             rows = conn.execute(
-                f"SELECT f.rowid, bm25(memory_fts, {weights}) AS s FROM memory_fts AS f"
+                f"SELECT f.rowid, bm25({table}, {weights}) AS s FROM {table} AS f"
                 f" JOIN memories AS m ON m.rowid = f.rowid"
-                f" WHERE memory_fts MATCH ? AND {where} ORDER BY s LIMIT ?",
+                f" WHERE {table} MATCH ? AND {where} ORDER BY s LIMIT ?",
                 [match, *params, query.candidates],
             ).fetchall()
         else:
             rows = conn.execute(
-                f"SELECT rowid, bm25(memory_fts, {weights}) AS s FROM memory_fts"
-                " WHERE memory_fts MATCH ? ORDER BY s LIMIT ?",
+                f"SELECT rowid, bm25({table}, {weights}) AS s FROM {table}"
+                f" WHERE {table} MATCH ? ORDER BY s LIMIT ?",
                 (match, query.candidates),
             ).fetchall()
         # FTS5's bm25() is negative, lower is better; flip it so higher is better.
