@@ -30,3 +30,18 @@ def test_a_quiet_session_is_ended_and_its_turns_extracted(make_service: ServiceF
     found = runtime.long_term.search("Where does the user live?", user_id="alice")
     assert any("Lisbon" in hit.record.text for hit in found)
     assert runtime.end_idle_sessions() == []  # ended once
+
+
+def test_forgetting_a_user_forgets_their_response_chains(service: TestClient) -> None:
+    made = service.post(
+        "/v1/responses",
+        json={"model": "m", "input": "My PIN is 4321.", "memory_context": {"user_id": "alice"}},
+    ).json()
+    other = service.post(
+        "/v1/responses",
+        json={"model": "m", "input": "Hello.", "memory_context": {"user_id": "bob"}},
+    ).json()
+    assert service.get(f"/v1/responses/{made['id']}").status_code == 200
+    assert service.delete("/v1/memory", params={"user_id": "alice"}).status_code == 200
+    assert service.get(f"/v1/responses/{made['id']}").status_code == 404
+    assert service.get(f"/v1/responses/{other['id']}").status_code == 200

@@ -135,6 +135,26 @@ class ResponseStore:
         )
         return deleted > 0
 
+    def delete_user(self, tenant_id: str, user_id: str) -> int:
+        """Forget every response of one user of the tenant (a user forgotten leaves no
+        conversation behind); returns how many there were."""
+        if self._file is None:
+            with self._lock:
+                kept = self._memory.get(tenant_id, OrderedDict())
+                gone = [rid for rid, r in kept.items() if r.user_id == user_id]
+                for rid in gone:
+                    del kept[rid]
+                return len(gone)
+        deleted: int = self._file.write(
+            lambda conn: (
+                conn.execute(
+                    "DELETE FROM responses WHERE tenant_id = ? AND user_id = ?",
+                    (tenant_id, user_id),
+                ).rowcount
+            )
+        )
+        return deleted
+
     def count(self, tenant_id: str) -> int:
         """How many responses the tenant has kept."""
         if self._file is None:

@@ -24,12 +24,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import httpx
-from fastapi import APIRouter, BackgroundTasks, Body, FastAPI, Path, Request
+from fastapi import APIRouter, BackgroundTasks, Body, Path, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -51,7 +50,6 @@ from chatmem.server.chat import (
     upstream_url,
 )
 from chatmem.server.response_store import ResponseStore, StoredResponse
-from chatmem.server.runtime import SERVICE_DB, Runtime
 
 logger = logging.getLogger("chatmem.server.responses")
 
@@ -184,40 +182,13 @@ class DeletedResponse(BaseModel):
     deleted: bool = True
 
 
-def open_response_store(runtime: Runtime) -> ResponseStore:
-    """The service's response store: a table in ``service.db``, or memory when that database
-    is unavailable (logged)."""
-    limit = runtime.config.server.max_responses
-    if runtime.database_error is None:
-        try:
-            return ResponseStore(runtime.data_dir / SERVICE_DB, limit=limit)
-        except ChatmemError as exc:
-            logger.error("response store unavailable, keeping responses in memory: %s", exc)
-    return ResponseStore(None, limit=limit)
-
-
-@asynccontextmanager
-async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Open the response store when the app starts (after its runtime) and close it when
-    the app stops. A runtime that holds a store of its own (``runtime.responses``) keeps it."""
-    runtime: Runtime = app.state.runtime
-    owned = getattr(runtime, "responses", None)
-    store = owned if isinstance(owned, ResponseStore) else open_response_store(runtime)
-    app.state.responses = store
-    try:
-        yield
-    finally:
-        if store is not owned:
-            store.close()
-
-
-router = APIRouter(tags=["responses"], lifespan=_lifespan)
+router = APIRouter(tags=["responses"])
 
 
 def store_of(request: Request) -> ResponseStore:
-    store: ResponseStore | None = getattr(request.app.state, "responses", None)
-    if store is None:
-        raise ApiError(503, "the response store is not open", code="not_started")
+    """The runtime's response store (a table in service.db, or memory when that database is
+    unavailable)."""
+    store: ResponseStore = request.app.state.runtime.responses
     return store
 
 
@@ -490,7 +461,6 @@ __all__ = [
     "ResponseRequest",
     "input_messages",
     "memory_identity",
-    "open_response_store",
     "read_completion",
     "router",
 ]

@@ -34,6 +34,7 @@ from chatmem.retrieval import Retriever, UsageRecorder
 from chatmem.server.auth import KeyStore
 from chatmem.server.config import ServiceConfig
 from chatmem.server.metrics import Metrics
+from chatmem.server.response_store import ResponseStore
 from chatmem.server.webhooks import WebhookSender
 from chatmem.sessions import open_session_store
 from chatmem.sessions.base import SessionStore
@@ -72,6 +73,7 @@ class Runtime:
     metrics: Metrics
     models: ModelRegistry
     webhooks: WebhookSender | None
+    responses: ResponseStore
     long_term: LongTermMemory | None = None
     retriever: Retriever | None = None
     usage: UsageRecorder | None = None
@@ -113,6 +115,7 @@ class Runtime:
             metrics=metrics,
             models=models,
             webhooks=WebhookSender.from_config(config.webhooks.session_end, metrics),
+            responses=ResponseStore(database, limit=config.server.max_responses),
             database_error=database_error,
         )
         if config.memory.enabled:
@@ -220,9 +223,9 @@ class Runtime:
         self._sweeper.start()
 
     def forget_user(self, tenant_id: str, user_id: str, project_id: str | None = None) -> int:
-        """Forget a user: long-term memories, and (for the whole user) sessions and queued
-        extraction, so nothing comes back from a batch still waiting. Returns the memories
-        deleted."""
+        """Forget a user: long-term memories, and (for the whole user) sessions, response
+        chains and queued extraction, so nothing comes back from a batch still waiting.
+        Returns the memories deleted."""
         deleted = 0
         if self.long_term is not None:
             scope = Filter.checked(
@@ -231,6 +234,7 @@ class Runtime:
             deleted = self.long_term.delete_all(scope, reason="user forgotten")
         if project_id is None:
             self.short_term.store.delete_user(tenant_id, user_id)
+            self.responses.delete_user(tenant_id, user_id)
             self.outbox.discard_user(tenant_id, user_id)
             self.scheduler.forget_user(tenant_id, user_id)
         return deleted
@@ -255,6 +259,7 @@ class Runtime:
             self.long_term.close()
         self.models.close()
         self.outbox.close()
+        self.responses.close()
         self.short_term.store.close()
         self.keys.close()
 
