@@ -98,9 +98,3 @@ def test_malformed_import_stores_nothing(cli, tmp_path: Path) -> None:  # type: 
     done = cli("import", str(bad), ok=False)
     assert done.returncode == 1 and "line 1" in done.stderr
     assert json.loads(cli("list", "--json").stdout)["memories"] == []
-
-
-def test_demo_shows_cross_session_recall(cli) -> None:  # type: ignore[no-untyped-def]
-    shown = cli("demo").stdout
-    assert "0." in shown and "My budget for the Hawaii trip is $10,000." in shown
-    assert "bob asks the same: ['My budget for the Hawaii trip is $2,500.']" in shown

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -405,21 +405,41 @@ async def _stream(
 
     async def relay() -> AsyncIterator[bytes]:
         pieces: list[str] = []
-        complete = False
+        stored = False
+
+        def store() -> None:
+            nonlocal stored
+            if not stored and pieces:
+                stored = True
+                in_background(record_turn, runtime, prepared, turn, "".join(pieces))
+
         try:
             async for line in upstream.aiter_lines():
+                if _collect(line, pieces):
+                    store()  # before [DONE] reaches a client that may hang up on it
                 yield (line + "\n").encode()
-                complete = _collect(line, pieces) or complete
         except httpx.HTTPError as exc:
             logger.warning("upstream stream broke off: %s", exc)
         finally:
+            # A stream the upstream ended without [DONE] is kept as far as it went; one the
+            # client left is kept only if the upstream had finished it (stored above).
+            if not stored and upstream.is_stream_consumed:
+                store()
             await upstream.aclose()
-        if complete or pieces:
-            answer = "".join(pieces)
-            await asyncio.to_thread(record_turn, runtime, prepared, turn, answer)
 
     media = upstream.headers.get("content-type", "text/event-stream")
     return StreamingResponse(relay(), media_type=media, headers=prepared.headers())
+
+
+#: Tasks started for after a response, kept so they are not collected while they run.
+_background: set[asyncio.Task[None]] = set()
+
+
+def in_background(work: Callable[..., None], *args: Any) -> None:
+    """Run ``work(*args)`` in a thread, off the request, whatever becomes of the request."""
+    task = asyncio.get_running_loop().create_task(asyncio.to_thread(work, *args))
+    _background.add(task)
+    task.add_done_callback(_background.discard)
 
 
 def _collect(line: str, pieces: list[str]) -> bool:
