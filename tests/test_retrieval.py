@@ -1099,6 +1099,21 @@ def test_a_tiny_budget_times_out(flaky_memory: LongTermMemory, switchable: Switc
     assert got.degraded == "timeout"
 
 
+def test_with_every_search_thread_taken_a_request_goes_on_at_once(
+    flaky_memory: LongTermMemory, switchable: Switchable
+) -> None:
+    store_facts(flaky_memory)
+    switchable.delay = 0.5  # the first search holds the only thread for half a second
+    ask = [user("What's my budget for the trip?")]
+    with Retriever(flaky_memory, search_budget_ms=20, search_workers=1) as retriever:
+        assert retriever.retrieve(ask, user_id="alice").degraded == "timeout"
+        got = retriever.retrieve(ask, user_id="alice")
+        assert got.degraded == "busy" and got.results == []  # "timeout" had it queued
+        switchable.delay = 0.0
+        time.sleep(0.6)  # the slow search ends and frees its thread
+        assert retriever.retrieve(ask, user_id="alice").degraded is None
+
+
 def test_the_pool_is_reused(memory: LongTermMemory, retriever: Retriever) -> None:
     store_facts(memory)
     before = threading.active_count()

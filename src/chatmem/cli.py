@@ -321,6 +321,9 @@ def serve(
     ] = None,
     host: Annotated[str | None, typer.Option(help="Bind address (config: server.host).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (config: server.port).")] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Worker processes (config: server.workers).")
+    ] = None,
     upstream: Annotated[
         str | None,
         typer.Option(help="The model's OpenAI-compatible base URL (config: upstream.base_url)."),
@@ -335,18 +338,17 @@ def serve(
 ) -> None:
     """Run the service: the chat proxy, the Responses API and the memory API, on the
     embedded default (SQLite, local embedder, offline extractor) unless configured."""
-    from chatmem.server.app import create_app
-    from chatmem.server.config import load_config
+    from chatmem.server.config import ServerSection, load_config
     from chatmem.server.demo import scripted_model
     from chatmem.server.serving import serve as run
     from chatmem.testing import ScriptedOpenAIServer
 
     loaded = load_config(config)
     overrides: dict[str, Any] = {}
-    if host is not None or port is not None:
-        overrides["server"] = loaded.server.model_copy(
-            update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
-        )
+    given = {"host": host, "port": port, "workers": workers}
+    if any(v is not None for v in given.values()):
+        server = {**loaded.server.model_dump(), **{k: v for k, v in given.items() if v is not None}}
+        overrides["server"] = ServerSection.model_validate(server)
     with contextlib.ExitStack() as stack:
         if scripted_upstream:
             model = stack.enter_context(ScriptedOpenAIServer(responder=scripted_model))
@@ -360,13 +362,7 @@ def serve(
             f"(upstream: {settings.upstream.base_url or 'none: chat answers 503'})",
             highlight=False,
         )
-        run(
-            create_app(settings),
-            host=settings.server.host,
-            port=settings.server.port,
-            log_level=settings.log_level,
-            log_format=settings.log_format,
-        )
+        run(settings)
 
 
 def _check_exposure(settings: Any) -> None:

@@ -1079,7 +1079,9 @@ class Retriever:
 
     Search and expansion run in a pool of ``search_workers`` threads, reused across
     requests; a search still running past ``search_budget_ms`` is left to finish there
-    (one not started yet is cancelled) while the request goes on without memory. The
+    (one not started yet is cancelled) while the request goes on without memory. When every
+    thread is taken (by searches in time or past it), a request goes on without memory at
+    once (``degraded="busy"``) instead of queueing for a budget it would miss. The
     budget can be overrun by up to Python's thread switch interval (5 ms) while the worker
     runs Python code; the embedder, SQLite and numpy let go of the interpreter. Close the
     retriever (or use it as a context manager) to stop the pool; a ``usage`` recorder
@@ -1134,6 +1136,9 @@ class Retriever:
         self.template = template
         self.header = header
         self._pool = ThreadPoolExecutor(search_workers, thread_name_prefix="chatmem-search")
+        self._workers = search_workers
+        self._in_flight = 0  # searches submitted and not ended (those past their budget too)
+        self._busy_lock = threading.Lock()
 
     def retrieve(
         self,
@@ -1216,7 +1221,19 @@ class Retriever:
         limits: tuple[int, float],
     ) -> _Found | str:
         """Search and expand in the pool within the time budget; a string says why not."""
+        with self._busy_lock:
+            if self._in_flight >= self._workers:
+                busy = True
+            else:
+                busy = False
+                self._in_flight += 1
+        if busy:
+            # Every search thread is taken: this one would only queue and miss its budget.
+            logger.warning("Memory: all %d search threads busy, going on without memory",
+                           self._workers)  # fmt: skip
+            return "busy"
         future = self._pool.submit(self._find, query, user_id, tenant_id, narrow, now, limits)
+        future.add_done_callback(self._search_ended)
         try:
             return future.result(timeout=self.search_budget_ms / 1000)
         except FutureTimeout:
@@ -1236,6 +1253,10 @@ class Retriever:
         except Exception as exc:  # boundary: memory is an enhancement, never a failure (F4)
             logger.exception("Memory: search failed unexpectedly, going on without memory")
             return f"error: {type(exc).__name__}: {exc}"
+
+    def _search_ended(self, _: Future[_Found]) -> None:
+        with self._busy_lock:
+            self._in_flight -= 1
 
     def _find(
         self,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -39,11 +40,12 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_serve_answers_with_memory_over_http(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_answers_with_memory_over_http(tmp_path: Path, workers: int) -> None:
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "chatmem.cli", "serve", "--port", str(port),
-         "--scripted-upstream"],
+         "--workers", str(workers), "--scripted-upstream"],
         env={
             **_env(tmp_path),
             "CHATMEM__MEMORY__EXTRACTION_BATCH_SIZE": "1",

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 from chatmem.errors import ChatmemError
 from chatmem.messages import Message, Role, SessionKey
 from chatmem.records import MemoryType
-from chatmem.retrieval import insert_system
+from chatmem.retrieval import Retrieval, insert_system
 from chatmem.server.app import ApiError, RuntimeDep, TenantDep, error_response
 from chatmem.server.runtime import Runtime
 
@@ -185,32 +185,19 @@ async def prepare(
     if not options.enabled:
         return Prepared(messages, "off", "memory_config.enabled is false")
     prepared = Prepared(messages, "off", key=key, store=True, extract=auto_store)
-    system = await asyncio.to_thread(_system_memory, runtime, key)
-    if system:
-        prepared.messages = insert_system(messages, system)
-    retriever = runtime.retriever
-    if retriever is None:
+    began = time.perf_counter()
+    # One trip to a worker thread for both the session's system memory and the search.
+    sent, found = await asyncio.to_thread(_recall, runtime, key, messages, options)
+    prepared.messages = sent
+    if found is None:
         prepared.reason = runtime.memory_error or "memory is off"
         runtime.metrics.memory_requests.labels("off").inc()
         return prepared
-    began = time.perf_counter()
-    try:
-        found = await asyncio.to_thread(
-            retriever.retrieve,
-            prepared.messages,
-            user_id=user_id,
-            tenant_id=tenant_id,
-            types=options.memory_types,
-            k=options.retrieval_limit,
-            threshold=options.similarity_threshold,
-        )
-    except ChatmemError as exc:  # boundary: bad ids or options; memory is left out (F4)
-        logger.warning("Memory: retrieval refused, going on without memory: %s", exc)
-        prepared.outcome, prepared.reason = "degraded", str(exc)
+    if isinstance(found, str):
+        prepared.outcome, prepared.reason = "degraded", found
         return prepared
     prepared.memory_ms = (time.perf_counter() - began) * 1000
     runtime.metrics.memory_seconds.observe(prepared.memory_ms / 1000)
-    prepared.messages = found.injected_messages
     prepared.memories = [
         {
             "id": m.record.id,
@@ -234,6 +221,31 @@ async def prepare(
         prepared.outcome, prepared.reason = "empty", "no memory above the threshold"
     runtime.metrics.memory_requests.labels(prepared.outcome).inc()
     return prepared
+
+
+def _recall(
+    runtime: Runtime, key: SessionKey, messages: list[dict[str, Any]], options: MemoryOptions
+) -> tuple[list[dict[str, Any]], Retrieval | str | None]:
+    """The messages with the session's system memory, and what retrieval made of them (None:
+    memory is off; a string: why retrieval refused the request)."""
+    system = _system_memory(runtime, key)
+    sent = insert_system(messages, system) if system else messages
+    retriever = runtime.retriever
+    if retriever is None:
+        return sent, None
+    try:
+        found = retriever.retrieve(
+            sent,
+            user_id=key.user_id,
+            tenant_id=key.tenant_id,
+            types=options.memory_types,
+            k=options.retrieval_limit,
+            threshold=options.similarity_threshold,
+        )
+    except ChatmemError as exc:  # boundary: bad ids or options; memory is left out (F4)
+        logger.warning("Memory: retrieval refused, going on without memory: %s", exc)
+        return sent, str(exc)
+    return found.injected_messages, found
 
 
 def _system_memory(runtime: Runtime, key: SessionKey) -> str | None:

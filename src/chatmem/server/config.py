@@ -17,7 +17,7 @@ The file (every key optional; these are the defaults)::
       sessions: {store: null, idle_minutes: 30}
       external_models: []                 # the design's list, by model_role
     upstream: {base_url: null, api_key_env: null, timeout_s: 60}
-    server: {host: 127.0.0.1, port: 8080, data_dir: null}
+    server: {host: 127.0.0.1, port: 8080, workers: 1, data_dir: null}
     auth: {anonymous_tenant: default, admin_key_env: null, keys: []}
     webhooks: {session_end: null}         # {url, secret_env, max_attempts, timeout_s}
     log_level: info
@@ -151,6 +151,8 @@ class ServerSection(_Section):
     #: Holds service.db (keys, response chains, the extraction queue, sessions) and, when
     #: ``memory.store`` is not set, the memory store chatmem.db. None: $XDG_DATA_HOME/chatmem.
     data_dir: str | None = None
+    #: Processes serving requests (each with its own runtime over the same files).
+    workers: int = Field(default=1, ge=1, le=64)
     #: Completed responses kept for ``previous_response_id`` chains, per tenant.
     max_responses: int = Field(default=10_000, ge=1)
 

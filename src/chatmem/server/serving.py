@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -13,6 +14,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from chatmem.errors import ChatmemError
+from chatmem.server.config import ServiceConfig
 
 
 class ServiceThread:
@@ -82,12 +84,51 @@ def configure_logging(level: str, fmt: str) -> None:
     root.setLevel(level.upper())
 
 
-def serve(
-    app: FastAPI, *, host: str, port: int, log_level: str = "info", log_format: str = "text"
-) -> None:
-    """Serve in the foreground until interrupted."""
-    configure_logging(log_level, log_format)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, log_config=None)
+#: Where ``serve`` hands the config to its worker processes.
+CONFIG_ENV = "CHATMEM_SERVICE_CONFIG_JSON"
 
 
-__all__ = ["JsonFormatter", "ServiceThread", "configure_logging", "serve"]
+def app_from_environment() -> FastAPI:
+    """The app of one worker process (``uvicorn --factory``), built from ``CONFIG_ENV``."""
+    from chatmem.server.app import create_app
+
+    config = ServiceConfig.model_validate_json(os.environ[CONFIG_ENV])
+    configure_logging(config.log_level, config.log_format)
+    return create_app(config)
+
+
+def serve(config: ServiceConfig) -> None:
+    """Serve in the foreground until interrupted, in ``server.workers`` processes. Each
+    worker has its own runtime over the same files: SQLite (WAL) takes writers from many
+    processes, and the extraction queue leases each batch to one worker."""
+    from chatmem.server.app import create_app
+
+    configure_logging(config.log_level, config.log_format)
+    server = config.server
+    options: dict[str, Any] = {
+        "host": server.host,
+        "port": server.port,
+        "log_level": config.log_level,
+        "access_log": False,
+        "log_config": None,
+    }
+    if server.workers == 1:
+        uvicorn.run(create_app(config), **options)
+        return
+    os.environ[CONFIG_ENV] = config.model_dump_json()
+    uvicorn.run(
+        "chatmem.server.serving:app_from_environment",
+        factory=True,
+        workers=server.workers,
+        **options,
+    )
+
+
+__all__ = [
+    "CONFIG_ENV",
+    "JsonFormatter",
+    "ServiceThread",
+    "app_from_environment",
+    "configure_logging",
+    "serve",
+]
