@@ -8,7 +8,9 @@ import asyncio
 import builtins
 import functools
 import json
+import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import IO, Any, Concatenate, ParamSpec, TypeVar
 
@@ -51,6 +53,10 @@ MAX_CONTEXT_CHARS = 2_000
 MessageLike = str | Mapping[str, Any]
 
 
+#: Threads that embed search queries while stores read (searches of several threads at once).
+EMBEDDING_THREADS = 4
+
+
 class LongTermMemory:
     """The long-term memory of many tenants and users in one store.
 
@@ -72,6 +78,8 @@ class LongTermMemory:
         self.context_window = context_window
         self._embedding = EmbeddingInfo(model=embedder.model, dimension=embedder.dimension)
         store.bind_embedding(self._embedding)
+        self._embedder_threads: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -275,13 +283,14 @@ class LongTermMemory:
             raise ValidationError("must be at least 1", field="k")
         base = filter.model_dump(exclude_none=True) if filter else {}
         scope = Filter.checked({**base, "tenant_id": tenant_id, "user_id": user_id}, "filter")
-        vector = self.embedder.embed([query])[0]
+        # The embedding runs in a thread of its own while the store starts on the words.
+        embedding = self._embedding_pool().submit(self.embedder.embed, [query])
         candidates = self.store.search(
             SearchQuery(
                 filter=scope,
-                vector=vector,
                 text=query,
                 candidates=max(self.ranking.candidates, 2 * k),
+                embed=lambda: embedding.result()[0],
             )
         )
         current_only = not include_superseded and scope.valid_at is None
@@ -387,8 +396,19 @@ class LongTermMemory:
         self.store.put(ready)
         return len(ready)
 
+    def _embedding_pool(self) -> ThreadPoolExecutor:
+        if self._embedder_threads is None:
+            with self._pool_lock:
+                if self._embedder_threads is None:
+                    self._embedder_threads = ThreadPoolExecutor(
+                        EMBEDDING_THREADS, thread_name_prefix="chatmem-embed"
+                    )
+        return self._embedder_threads
+
     def close(self) -> None:
-        """Close the store."""
+        """Close the store (and the query-embedding threads)."""
+        if self._embedder_threads is not None:
+            self._embedder_threads.shutdown(wait=True)
         self.store.close()
 
     def __enter__(self) -> LongTermMemory:

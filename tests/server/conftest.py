@@ -39,7 +39,7 @@ def make_service(
     """``make_service(**overrides)``: a started service (TestClient) whose config is the
     defaults plus ``overrides`` (nested dicts, as in the YAML file). The data directory is
     ``tmp_path / "data"``, the upstream the scripted server, the admin key ``ADMIN_KEY``,
-    extraction after every user turn."""
+    extraction after every user turn, a 5 s search budget."""
     opened: list[TestClient] = []
 
     def make(**overrides: Any) -> TestClient:
@@ -47,7 +47,8 @@ def make_service(
             "server": {"data_dir": str(tmp_path / "data")},
             "upstream": {"base_url": upstream.base_url},
             "auth": {"admin_key": ADMIN_KEY},
-            "memory": {"extraction_batch_size": 1},
+            # A search budget no loaded CI machine misses (the budget has its own test).
+            "memory": {"extraction_batch_size": 1, "search_budget_ms": 5000},
         }
         for section, values in overrides.items():
             if isinstance(values, dict):

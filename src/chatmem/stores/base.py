@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import builtins
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from chatmem.errors import DimensionError, StoreError, ValidationError
@@ -38,12 +38,30 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class SearchQuery:
-    """A search over one user's memories. ``candidates`` is the size of each half's list."""
+    """A search over one user's memories. ``candidates`` is the size of each half's list.
+
+    The query vector is ``vector``, or what ``embed`` returns: a caller that starts the
+    embedding before the search passes a function that waits for it, so a store can run its
+    keyword half meanwhile (the SQLite store does; ``with_vector`` resolves it up front).
+    """
 
     filter: Filter
     vector: Vector | None = None
     text: str | None = None
     candidates: int = 50
+    embed: Callable[[], Vector] | None = field(default=None, compare=False, repr=False)
+
+    def query_vector(self) -> Vector | None:
+        """The vector, waiting for ``embed`` if that is where it comes from."""
+        if self.vector is not None or self.embed is None:
+            return self.vector
+        return self.embed()
+
+    def with_vector(self) -> SearchQuery:
+        """This query with its vector computed (for stores that need it first)."""
+        if self.vector is not None or self.embed is None:
+            return self
+        return replace(self, vector=self.embed(), embed=None)
 
 
 @dataclass(frozen=True)

@@ -270,6 +270,7 @@ class CachedStore(MemoryStore):
         return [found[i] for i in ids if i in found]
 
     def search(self, query: SearchQuery) -> builtins.list[Candidate]:
+        query = query.with_vector()  # the vector is part of the cache key
         owner = (query.filter.tenant_id, query.filter.require_user())
         if not self._usable():
             return self.inner.search(query)

@@ -1036,6 +1036,7 @@ class MilvusStore(MemoryStore):
     # -- search ----------------------------------------------------------------------------
 
     def search(self, query: SearchQuery) -> builtins.list[Candidate]:
+        query = query.with_vector()
         query.filter.require_user()
         vector = query.vector if self._embedding is not None else None
         if vector is not None:

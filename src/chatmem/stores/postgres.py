@@ -673,6 +673,7 @@ class PostgresStore(MemoryStore):
     # -- search ----------------------------------------------------------------------------
 
     def search(self, query: SearchQuery) -> builtins.list[Candidate]:
+        query = query.with_vector()
         query.filter.require_user()
         vector = query.vector
         if vector is not None:

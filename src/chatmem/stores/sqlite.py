@@ -632,8 +632,6 @@ class SQLiteStore(MemoryStore):
 
     def search(self, query: SearchQuery) -> builtins.list[Candidate]:
         user = query.filter.require_user()
-        if query.vector is not None:
-            self._check_vector(query.vector)
         with self._file.read() as conn:
             conn.execute("BEGIN")  # one snapshot for versions, vectors and words
             try:
@@ -641,9 +639,12 @@ class SQLiteStore(MemoryStore):
                 keyword: dict[int, float] = {}
                 if query.text:
                     keyword = dict(self._keyword_half(conn, query, user, narrowing))
+                # Asked for only now: an embedding started before the search ran meanwhile.
+                vector = query.query_vector()
                 cosine: dict[int, float] = {}
-                if query.vector is not None and self._embedding is not None:
-                    cosine = self._vector_half(conn, query, user, narrowing, set(keyword))
+                if vector is not None and self._embedding is not None:
+                    self._check_vector(vector)
+                    cosine = self._vector_half(conn, query, vector, user, narrowing, set(keyword))
                 ids = self._ids_by_rowid(conn, set(cosine) | set(keyword))
             finally:
                 conn.execute("COMMIT")
@@ -655,13 +656,13 @@ class SQLiteStore(MemoryStore):
         self,
         conn: sqlite3.Connection,
         query: SearchQuery,
+        vector: Vector,
         user: str,
         narrowing: tuple[str, builtins.list[Any]] | None,
         also: set[int],
     ) -> dict[int, float]:
         """The ``candidates`` nearest rows (within the filter), plus the cosine of ``also``.
         ``narrowing`` is the SQL of a filter narrower than tenant and user, if any."""
-        assert query.vector is not None
         tenant = query.filter.tenant_id
         row = conn.execute(
             "SELECT appended, changed FROM user_versions WHERE tenant_id = ? AND user_id = ?",
@@ -681,7 +682,7 @@ class SQLiteStore(MemoryStore):
         vectors = self._vector_cache.vectors(
             user_key(tenant, user), versions, self._dimension(), read
         )
-        scores = vectors.scores(query.vector)
+        scores = vectors.scores(vector)
         pool = np.arange(len(vectors.rowids))
         if narrowing is not None:
             where, params = narrowing
