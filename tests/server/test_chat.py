@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from fastapi.testclient import TestClient
@@ -21,6 +22,14 @@ from tests.server.conftest import ServiceFactory, drain, runtime_of, wait_for
 
 def sdk(client: TestClient, key: str = "unused") -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{client.base_url}/v1", api_key=key, http_client=client)
+
+
+def ask(service: TestClient, text: str, *, user: str | None = None) -> httpx.Response:
+    """One user message through the proxy, over plain HTTP (no SDK)."""
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    if user is not None:
+        body["user"] = user
+    return service.post("/v1/chat/completions", json=body)
 
 
 def test_a_fact_told_in_one_session_is_injected_in_the_next(
@@ -237,10 +246,7 @@ def test_upstream_errors_pass_through_faithfully(
 ) -> None:
     body = {"error": {"message": "slow down", "type": "rate_limit", "code": "429"}}
     upstream.fail_next(429, body, headers={"Retry-After": "0"})
-    answer = service.post(
-        "/v1/chat/completions",
-        json={"model": "m", "messages": [{"role": "user", "content": "hi, my name?"}]},
-    )
+    answer = ask(service, "hi, my name?")
     assert answer.status_code == 429 and answer.json() == body
     with pytest.raises(openai.BadRequestError, match="no such model"):
         upstream.fail_next(400, {"error": {"message": "no such model"}})
@@ -254,10 +260,7 @@ def test_an_unreachable_upstream_is_a_502_that_names_it(make_service: ServiceFac
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # closed again: nothing listens there
     service = make_service(upstream={"base_url": f"http://127.0.0.1:{port}/v1"})
-    answer = service.post(
-        "/v1/chat/completions",
-        json={"model": "m", "messages": [{"role": "user", "content": "hello"}]},
-    )
+    answer = ask(service, "hello")
     assert answer.status_code == 502
     assert answer.json()["error"]["code"] == "upstream_unreachable"
 
@@ -273,11 +276,7 @@ def test_an_unreachable_sqlite_store_at_start_turns_memory_off_and_chat_still_wo
     with caplog.at_level(logging.ERROR, logger="chatmem.server"):
         service = make_service(memory={"store": f"sqlite:///{blocker}/chatmem.db"})
     assert "memory store unavailable, memory disabled" in caplog.text
-    answer = service.post(
-        "/v1/chat/completions",
-        json={"model": "m", "messages": [{"role": "user", "content": "What's my budget?"}],
-              "user": "alice"},
-    )  # fmt: skip
+    answer = ask(service, "What's my budget?", user="alice")
     assert answer.status_code == 200
     assert answer.headers["x-chatmem-memory"] == "off"
     assert answer.json()["choices"][0]["message"]["content"] == "seen: What's my budget?"
@@ -293,11 +292,7 @@ def test_a_store_that_fails_mid_run_degrades_that_request_only(
     assert runtime.long_term is not None
     runtime.long_term.store.close()  # every later call raises StoreError
     with caplog.at_level(logging.WARNING, logger="chatmem.retrieval"):
-        answer = service.post(
-            "/v1/chat/completions",
-            json={"model": "m", "messages": [{"role": "user", "content": "What's my budget?"}],
-                  "user": "alice"},
-        )  # fmt: skip
+        answer = ask(service, "What's my budget?", user="alice")
     assert answer.status_code == 200
     assert answer.headers["x-chatmem-memory"] == "degraded"
     assert "going on without memory" in caplog.text
@@ -332,11 +327,7 @@ def test_a_slow_search_is_cut_at_its_budget(
     runtime = runtime_of(service)
     assert runtime.long_term is not None
     runtime.long_term.add(["I drive a red car."] * 50, user_id="alice")
-    answer = service.post(
-        "/v1/chat/completions",
-        json={"model": "m", "messages": [{"role": "user", "content": "Which car do I drive?"}],
-              "user": "alice"},
-    )  # fmt: skip
+    answer = ask(service, "Which car do I drive?", user="alice")
     assert answer.status_code == 200
     assert answer.headers["x-chatmem-memory"] == "degraded"
     assert answer.headers["x-chatmem-memory-reason"] == "timeout"
