@@ -163,16 +163,20 @@ class Runtime:
         return sum(n for state, n in counts.items() if state.value in {"pending", "leased"})
 
     def observe(self, key: SessionKey, messages: list[Message], *, ended: bool = False) -> None:
-        """Queue a session's new messages for extraction when a trigger fires (off the
-        request path: called from a background task)."""
+        """Queue a session's new messages for extraction when a trigger fires. Extraction is
+        best effort: a queue that cannot be written is logged, never raised, since the
+        session itself is already stored."""
         if not (self.memory_on and self.config.memory.auto_store):
             return
-        if self.scheduler.observe(key, messages, session_end=ended):
-            taken = self.scheduler.take(key)
-            if taken:
-                self.outbox.enqueue(key, taken)
-                if self.worker is not None:
-                    self.worker.notify()
+        try:
+            if self.scheduler.observe(key, messages, session_end=ended):
+                taken = self.scheduler.take(key)
+                if taken:
+                    self.outbox.enqueue(key, taken)
+                    if self.worker is not None:
+                        self.worker.notify()
+        except ChatmemError as exc:  # boundary: extraction is best effort (F3, F4)
+            logger.warning("Memory: queueing extraction of %s failed: %s", key.session_id, exc)
 
     def end_session(self, key: SessionKey) -> Message | None:
         """End a session: keep its episodic summary, queue what is left for extraction and

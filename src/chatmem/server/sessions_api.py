@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, BackgroundTasks, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from chatmem.errors import ChatmemError, NotFoundError
+from chatmem.errors import NotFoundError
 from chatmem.formats import Format, parse_messages, render_message, render_messages
-from chatmem.messages import Message, SessionKey
+from chatmem.messages import SessionKey
 from chatmem.server.app import RuntimeDep, TenantDep
 from chatmem.server.chat import system_text_name
 from chatmem.server.runtime import Runtime
@@ -104,16 +104,6 @@ def _key(tenant_id: str, user_id: str, session_id: str) -> SessionKey:
     return SessionKey.of(tenant_id, user_id, session_id)
 
 
-def _observe(
-    runtime: Runtime, key: SessionKey, messages: list[Message], *, ended: bool = False
-) -> None:
-    """Queue extraction after the response (failures are logged: the session is stored)."""
-    try:
-        runtime.observe(key, messages, ended=ended)
-    except ChatmemError as exc:  # boundary: extraction is best effort off the request path
-        logger.warning("Memory: queueing extraction of %s failed: %s", key.session_id, exc)
-
-
 def _existing(runtime: Runtime, key: SessionKey) -> int:
     length = runtime.short_term.store.length(key)
     if length == 0:
@@ -134,7 +124,7 @@ def append_messages(
     format: Format = body.format
     parsed = parse_messages(body.messages, format)
     length = runtime.short_term.append(key, parsed)
-    tasks.add_task(_observe, runtime, key, parsed)
+    tasks.add_task(runtime.observe, key, parsed)
     return Appended(session_id=session_id, length=length)
 
 
