@@ -3,18 +3,29 @@ per tenant in SQLite, and memory through memory_config and memory_context."""
 
 from __future__ import annotations
 
+import json
+import socket
 import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 
+from chatmem import LocalEmbedder
 from chatmem.messages import SessionKey
 from chatmem.records import MemoryType
+from chatmem.server import Runtime, ServiceConfig, create_app
 from chatmem.server.responses import IGNORED_FIELDS
 from chatmem.testing import ScriptedOpenAIServer
-from tests.server.conftest import ServiceFactory, drain, runtime_of
+from tests.server.conftest import ServiceFactory, drain, runtime_of, wait_for
 
 BUDGET = "My budget for the Hawaii trip is $10,000."
 
@@ -419,7 +430,6 @@ def test_auto_store_false_queues_no_extraction(service: TestClient) -> None:
         ),
         ({"input": "hi", "memory_context": {"project_id": "p"}}, "memory_context.user_id"),
         ({"input": "hi", "memory_context": {"user_id": "a", "x": 1}}, "memory_context.x"),
-        ({"input": "hi", "stream": True}, "stream"),
         ({"model": "", "input": "hi"}, "model"),
     ],
 )
@@ -433,12 +443,6 @@ def test_a_bad_request_is_a_400_naming_the_field(
     assert upstream.chat_requests == []
 
 
-def test_streaming_is_refused_honestly(service: TestClient) -> None:
-    answer = create(service, input="hi", stream=True)
-    assert answer.status_code == 400
-    assert "not supported on /v1/responses yet" in answer.json()["error"]["message"]
-
-
 def test_the_ignored_openai_fields_are_accepted(
     service: TestClient, upstream: ScriptedOpenAIServer
 ) -> None:
@@ -449,6 +453,7 @@ def test_the_ignored_openai_fields_are_accepted(
         "service_tier": "auto",
         "prompt_cache_key": "k",
         "safety_identifier": "s",
+        "stream_options": {"include_obfuscation": False},
     }
     assert set(values) == set(IGNORED_FIELDS)
     assert create(service, input="hi", **values).status_code == 200
@@ -482,3 +487,340 @@ def test_a_response_that_is_not_a_completion_is_a_502(
     answer = create(service, input="hi")
     assert answer.status_code == 502
     assert answer.json()["error"]["code"] == "upstream_invalid"
+
+
+# -- streaming --------------------------------------------------------------------------------
+
+ANSWER = "Your budget is ten thousand dollars."
+
+
+def stream(client: TestClient, **body: Any) -> httpx.Response:
+    return client.post("/v1/responses", json={"model": "m", "stream": True, **body})
+
+
+def events_of(answer: httpx.Response) -> list[dict[str, Any]]:
+    """The server-sent events of a streamed response; each ``event:`` line names its data's
+    type, and the sequence numbers count up from 0."""
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    found = []
+    for block in answer.text.strip().split("\n\n"):
+        event, data = block.split("\n")
+        assert event.startswith("event: ") and data.startswith("data: ")
+        found.append(json.loads(data.removeprefix("data: ")))
+        assert found[-1]["type"] == event.removeprefix("event: ")
+    assert [e["sequence_number"] for e in found] == list(range(len(found)))
+    return found
+
+
+def kinds(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def history_of(client: TestClient, user: str, session: str) -> list[str]:
+    key = SessionKey("default", user, session)
+    return [m.content for m in runtime_of(client).short_term.history(key)]
+
+
+def queued(client: TestClient) -> int:
+    return sum(runtime_of(client).outbox.counts().values())
+
+
+def test_the_sdk_streams_a_response(service: TestClient, upstream: ScriptedOpenAIServer) -> None:
+    upstream.script_chat(ANSWER)
+    events = list(sdk(service).responses.create(model="m", input="My budget?", stream=True))
+    assert [e.type for e in events] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * len(ANSWER.split(" ")),
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert deltas == ["Your ", "budget ", "is ", "ten ", "thousand ", "dollars."]
+    created, completed = events[0], events[-1]
+    assert created.type == "response.created" and completed.type == "response.completed"
+    assert created.response.status == "in_progress"
+    assert created.response.output == []
+    made = completed.response
+    assert (made.id, made.status, made.output_text) == (created.response.id, "completed", ANSWER)
+    assert made.id.startswith("resp_")
+    assert {e.item_id for e in events if hasattr(e, "item_id")} == {made.output[0].id}
+    sent = upstream.chat_requests[-1]
+    assert (sent["stream"], sent["stream_options"]) == (True, {"include_usage": True})
+    assert sent["messages"] == [{"role": "user", "content": "My budget?"}]
+
+
+def test_the_sdk_stream_helper_gives_the_final_response(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    upstream.script_chat(ANSWER)
+    with sdk(service).responses.stream(model="m", input="My budget?") as events:
+        snapshots = [e.snapshot for e in events if e.type == "response.output_text.delta"]
+        final = events.get_final_response()
+    assert snapshots[0] == "Your " and snapshots[-1] == ANSWER
+    assert final.output_text == ANSWER
+    assert final.status == "completed"
+
+
+def test_a_streamed_response_is_kept_chained_from_and_its_turn_stored(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    upstream.script_chat(ANSWER, "Noted.")
+    events = events_of(stream(service, input=BUDGET, memory_context={"user_id": "alice"}))
+    made = events[-1]["response"]
+    assert service.get(f"/v1/responses/{made['id']}").json() == made
+    assert made["memory"]["outcome"] != "off"
+    create(service, input="Thanks.", previous_response_id=made["id"])
+    assert sent_messages(upstream) == [
+        {"role": "user", "content": BUDGET},
+        {"role": "assistant", "content": ANSWER},
+        {"role": "user", "content": "Thanks."},
+    ]
+    # The chain is alice's session named after its root; both turns were stored in it.
+    wait_for(lambda: len(history_of(service, "alice", made["id"])) == 4)
+    assert history_of(service, "alice", made["id"]) == [BUDGET, ANSWER, "Thanks.", "Noted."]
+
+
+def test_memory_is_injected_into_a_streamed_request(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    add_memory(service, BUDGET, MemoryType.SEMANTIC)
+    before = queued(service)
+    answer = stream(
+        service,
+        input="What's my budget for the trip?",
+        memory_context={"user_id": "alice", "session_id": "trip"},
+    )
+    assert answer.headers["x-chatmem-memory"] == "injected"
+    assert answer.headers["x-chatmem-memory-count"] == "1"
+    assert "$10,000" in memory_system(upstream)
+    made = events_of(answer)[-1]["response"]
+    assert made["memory"]["outcome"] == "injected"
+    assert "$10,000" in made["output"][0]["content"][0]["text"]  # the echo saw the memory
+    wait_for(lambda: queued(service) == before + 1)
+    assert history_of(service, "alice", "trip")[0] == "What's my budget for the trip?"
+
+
+def test_memory_config_is_honoured_when_streaming(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    add_memory(service, BUDGET, MemoryType.SEMANTIC)
+    answer = stream(
+        service,
+        input="What's my budget for the trip?",
+        memory_context={"user_id": "alice"},
+        memory_config={"enabled": False},
+    )
+    assert answer.headers["x-chatmem-memory"] == "off"
+    assert events_of(answer)[-1]["response"]["memory"]["reason"] == (
+        "memory_config.enabled is false"
+    )
+    assert memory_system(upstream) == ""
+
+
+def test_an_upstream_error_before_the_stream_passes_through(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    body = {"error": {"message": "slow down", "type": "rate_limit"}}
+    upstream.fail_next(429, body)
+    answer = stream(service, input="hi", memory_context={"user_id": "alice"})
+    assert answer.status_code == 429
+    assert answer.json() == body
+    assert answer.headers["x-chatmem-memory"] == "skipped"  # "hi" is a greeting
+    upstream.fail_next(429, body)
+    with pytest.raises(openai.RateLimitError):
+        sdk(service).with_options(max_retries=0).responses.create(
+            model="m", input="hi", stream=True
+        )
+    assert runtime_of(service).responses.count("default") == 0
+
+
+def test_an_unreachable_upstream_is_a_502_before_the_stream(
+    make_service: ServiceFactory,
+) -> None:
+    service = make_service(upstream={"base_url": "http://127.0.0.1:9/v1"})
+    answer = stream(service, input="hi")
+    assert answer.status_code == 502
+    assert answer.json()["error"]["code"] == "upstream_unreachable"
+
+
+class RawUpstream:
+    """A chat-completions upstream on loopback that answers every request with ``parts`` of
+    server-sent events and closes: what ScriptedOpenAIServer cannot script (a stream cut
+    short of its declared length, one that ends without [DONE], an error event, usage, a
+    finish reason other than stop). With ``gate``, it waits for it between the parts."""
+
+    def __init__(
+        self, *parts: bytes, declared: int | None = None, gate: threading.Event | None = None
+    ) -> None:
+        self.requests: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                outer.requests.append(json.loads(self.rfile.read(length)))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                if declared is not None:
+                    self.send_header("Content-Length", str(declared))
+                self.end_headers()
+                for index, part in enumerate(parts):
+                    if index and gate is not None:
+                        gate.wait(10)
+                    self.wfile.write(part)
+                    self.wfile.flush()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet."""
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def raw_upstream() -> Iterator[Callable[..., RawUpstream]]:
+    started: list[RawUpstream] = []
+
+    def start(*parts: bytes, **options: Any) -> RawUpstream:
+        started.append(RawUpstream(*parts, **options))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.close()
+
+
+def chunk(content: str | None = None, finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    delta = {"content": content} if content is not None else {}
+    choices = [{"index": 0, "delta": delta, "finish_reason": finish}]
+    return {"object": "chat.completion.chunk", "model": "raw", "choices": choices, **extra}
+
+
+def sse(*events: Any) -> bytes:
+    return b"".join(
+        f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode() for e in events
+    )
+
+
+BEGUN = sse(chunk("Your "), chunk("budget "))
+
+
+@pytest.mark.parametrize(
+    ("parts", "declared", "why"),
+    [
+        ((BEGUN,), len(BEGUN) + 500, "broke off: RemoteProtocolError"),
+        ((BEGUN,), None, "ended before its answer"),
+        ((BEGUN, sse({"error": {"message": "overloaded"}})), None, "overloaded"),
+    ],
+    ids=["cut-short", "no-done", "error-event"],
+)
+def test_a_stream_broken_midway_fails_and_keeps_nothing(
+    make_service: ServiceFactory,
+    raw_upstream: Callable[..., RawUpstream],
+    parts: tuple[bytes, ...],
+    declared: int | None,
+    why: str,
+) -> None:
+    upstream = raw_upstream(*parts, declared=declared)
+    service = make_service(upstream={"base_url": upstream.base_url})
+    before = queued(service)
+    events = events_of(stream(service, input=BUDGET, memory_context={"user_id": "alice"}))
+    assert kinds(events)[4:] == ["response.output_text.delta"] * 2 + ["response.failed"]
+    failed = events[-1]["response"]
+    assert (failed["id"], failed["status"]) == (events[0]["response"]["id"], "failed")
+    assert failed["error"]["code"] == "server_error"
+    assert why in failed["error"]["message"]
+    assert service.get(f"/v1/responses/{failed['id']}").status_code == 404
+    assert runtime_of(service).responses.count("default") == 0
+    time.sleep(0.2)  # a turn stored in the background would have landed by now
+    assert history_of(service, "alice", failed["id"]) == []
+    assert queued(service) == before
+
+
+def test_the_upstreams_usage_and_a_cut_answer_are_reported(
+    make_service: ServiceFactory, raw_upstream: Callable[..., RawUpstream]
+) -> None:
+    usage = {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
+    upstream = raw_upstream(
+        sse(
+            chunk("Your "),
+            chunk("budget", finish="length"),
+            {"object": "chat.completion.chunk", "choices": [], "usage": usage},
+            "[DONE]",
+        )
+    )
+    service = make_service(upstream={"base_url": upstream.base_url})
+    events = events_of(stream(service, input="My budget?", max_output_tokens=2))
+    assert kinds(events)[-2:] == ["response.output_item.done", "response.incomplete"]
+    made = events[-1]["response"]
+    assert (made["status"], made["incomplete_details"]) == (
+        "incomplete",
+        {"reason": "max_output_tokens"},
+    )
+    assert made["output"][0]["content"][0]["text"] == "Your budget"
+    assert (made["model"], made["usage"]["input_tokens"], made["usage"]["total_tokens"]) == (
+        "raw",
+        7,
+        9,
+    )
+    assert service.get(f"/v1/responses/{made['id']}").json() == made
+    assert upstream.requests[-1]["max_tokens"] == 2
+
+
+def test_a_client_that_leaves_mid_stream_keeps_nothing(
+    tmp_path: Path, embedder: LocalEmbedder, raw_upstream: Callable[..., RawUpstream]
+) -> None:
+    gate = threading.Event()
+    upstream = raw_upstream(BEGUN, sse(chunk(" is ten.", finish="stop"), "[DONE]"), gate=gate)
+    config = ServiceConfig.parse(
+        {
+            "server": {"data_dir": str(tmp_path / "data")},
+            "upstream": {"base_url": upstream.base_url},
+        }
+    )
+    runtime = Runtime.start(config, embedder=embedder)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(runtime=runtime), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/responses"
+        body = {"model": "m", "input": BUDGET, "stream": True, "user": "alice"}
+        with httpx.stream("POST", url, json=body, timeout=10) as answer:
+            lines = answer.iter_lines()
+            created = json.loads(next(line for line in lines if line.startswith("data:"))[5:])
+            assert next(line for line in lines if "output_text.delta" in line)
+        # The request is over (the upstream still holds its answer back, so only the
+        # client's leaving could end it); then the upstream finishes.
+        wait_for(lambda: not server.server_state.tasks)
+        gate.set()
+        time.sleep(0.3)  # what finishing the stream would store has had time to land
+        assert runtime.responses.count("default") == 0
+        key = SessionKey("default", "alice", created["response"]["id"])
+        assert runtime.short_term.history(key) == []
+    finally:
+        gate.set()
+        server.should_exit = True
+        thread.join(10)
+        listener.close()

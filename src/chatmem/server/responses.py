@@ -13,26 +13,36 @@ The memory user is ``memory_context.user_id``, else the previous response's user
 else the ``X-Chatmem-Session`` header, else the chain's (the id of its first response), so
 one chain is one session.
 
-Not supported yet: ``stream: true`` (a 400; ``/v1/chat/completions`` streams), tools, and
-input other than text messages. Accepted and ignored, so OpenAI clients that send them work:
-``include``, ``parallel_tool_calls``, ``truncation``, ``service_tier``, ``prompt_cache_key``
-and ``safety_identifier``. Any other unknown field is a 400 naming it.
+With ``stream: true`` the upstream is asked for a chat-completions stream and the answer is
+sent as OpenAI's Responses events (``response.created`` … ``response.output_text.delta`` …
+``response.completed``). The response is kept and the turn stored only once the upstream has
+finished; a stream the upstream breaks off ends with ``response.failed`` and keeps nothing,
+and so does one the client leaves before the upstream finishes.
+
+Not supported yet: tools, and input other than text messages. Accepted and ignored, so OpenAI
+clients that send them work: ``include``, ``parallel_tool_calls``, ``truncation``,
+``service_tier``, ``prompt_cache_key``, ``safety_identifier`` and ``stream_options``. Any other
+unknown field is a 400 naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import httpx
 from fastapi import APIRouter, BackgroundTasks, Body, Path, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from chatmem.errors import ChatmemError
+from chatmem.messages import Message
 from chatmem.records import new_id
 from chatmem.server.app import ApiError, RuntimeDep, TenantDep, error_response
 from chatmem.server.chat import (
@@ -41,6 +51,8 @@ from chatmem.server.chat import (
     MemoryContext,
     MemoryOptions,
     Prepared,
+    _collect,
+    in_background,
     new_turn,
     passthrough,
     prepare,
@@ -50,6 +62,7 @@ from chatmem.server.chat import (
     upstream_url,
 )
 from chatmem.server.response_store import ResponseStore, StoredResponse
+from chatmem.server.runtime import Runtime
 
 logger = logging.getLogger("chatmem.server.responses")
 
@@ -61,6 +74,7 @@ IGNORED_FIELDS = (
     "service_tier",
     "prompt_cache_key",
     "safety_identifier",
+    "stream_options",
 )
 _INPUT_ROLES = ("user", "assistant", "system", "developer")
 _TEXT_PARTS = ("input_text", "output_text")
@@ -95,6 +109,7 @@ class ResponseRequest(BaseModel):
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    stream_options: dict[str, Any] | None = None
 
     @field_validator("input", mode="before")
     @classmethod
@@ -331,18 +346,24 @@ def _usage(usage: Any) -> Usage | None:
 
 
 def response_object(
-    response_id: str, body: ResponseRequest, answer: _Answer, prepared: Prepared
+    response_id: str,
+    body: ResponseRequest,
+    answer: _Answer,
+    prepared: Prepared,
+    *,
+    created_at: int,
+    message_id: str | None = None,
 ) -> ResponseObject:
     now = int(time.time())
     cut = {"length": "max_output_tokens", "content_filter": "content_filter"}
     reason = cut.get(answer.finish_reason or "")
     status: Literal["completed", "incomplete"] = "incomplete" if reason else "completed"
     message = OutputMessage(
-        id=f"msg_{new_id()}", status=status, content=[OutputText(text=answer.text)]
+        id=message_id or f"msg_{new_id()}", status=status, content=[OutputText(text=answer.text)]
     )
     return ResponseObject(
         id=response_id,
-        created_at=now,
+        created_at=created_at,
         completed_at=now,
         status=status,
         incomplete_details=IncompleteDetails.model_validate({"reason": reason}) if reason else None,
@@ -360,17 +381,87 @@ def response_object(
     )
 
 
-async def _keep(store: ResponseStore, stored: StoredResponse) -> None:
+@dataclass(frozen=True)
+class _Exchange:
+    """One request, read: whose memory it uses, the conversation it continues, what memory
+    did for it, and what its turn adds to the session."""
+
+    body: ResponseRequest
+    response_id: str
+    tenant_id: str
+    user_id: str | None
+    session_id: str
+    history: list[dict[str, Any]]  # the chain's messages, then the new input
+    prepared: Prepared
+    turn: list[Message]
+    created_at: int = field(default_factory=lambda: int(time.time()))
+
+    def respond(self, answer: _Answer, message_id: str | None = None) -> dict[str, Any]:
+        """The Response object for ``answer``, as JSON."""
+        made = response_object(
+            self.response_id,
+            self.body,
+            answer,
+            self.prepared,
+            created_at=self.created_at,
+            message_id=message_id,
+        )
+        return made.model_dump(mode="json")
+
+    def kept(self, made: dict[str, Any], text: str) -> StoredResponse:
+        said = [*self.history, {"role": "assistant", "content": text}]
+        return StoredResponse(
+            self.response_id,
+            self.tenant_id,
+            self.user_id,
+            self.session_id,
+            said,
+            made,
+            self.created_at,
+        )
+
+
+async def _exchange(
+    body: ResponseRequest,
+    new: list[dict[str, Any]],
+    request: Request,
+    runtime: Runtime,
+    tenant_id: str,
+) -> _Exchange:
+    """Continue the chain with the new input messages and retrieve the user's memories (404
+    for an unknown ``previous_response_id``)."""
+    previous = await _previous(store_of(request), tenant_id, body.previous_response_id)
+    response_id = f"resp_{new_id()}"
+    user_id, session_id = memory_identity(body, request, previous, response_id)
+    history = (previous.messages if previous else []) + new
+    instructions = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    prepared = await prepare(
+        runtime, tenant_id, user_id, session_id, instructions + history, body.memory_config
+    )
+    turn = new_turn(new) if prepared.store else []
+    return _Exchange(body, response_id, tenant_id, user_id, session_id, history, prepared, turn)
+
+
+async def _keep(store: ResponseStore, exchange: _Exchange, made: dict[str, Any], text: str) -> None:
+    """Keep a finished response for the chain's next link (unless ``store`` is false)."""
+    if not exchange.body.store:
+        return
     try:
-        await asyncio.to_thread(store.put, stored)
+        await asyncio.to_thread(store.put, exchange.kept(made, text))
     except ChatmemError as exc:  # boundary: the answer is made; a lost link is logged (F4)
-        logger.error("response %s could not be stored: %s", stored.response_id, exc)
+        logger.error("response %s could not be stored: %s", exchange.response_id, exc)
 
 
 @router.post(
     "/v1/responses",
     response_model=ResponseObject,
     responses={
+        200: {
+            "description": "The Response object; with stream true, server-sent events in "
+            "OpenAI's Responses streaming shape, ending with response.completed (or "
+            "response.incomplete, or response.failed when the upstream breaks off).",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
         404: {"description": "previous_response_id names no response of this tenant."},
         502: {"description": "The upstream could not be reached."},
     },
@@ -383,37 +474,24 @@ async def create_response(
     tasks: BackgroundTasks,
 ) -> Response:
     """A model response with the user's memories injected, chained by
-    ``previous_response_id``; the turn is stored in memory afterwards."""
-    if body.stream:
-        raise ApiError(
-            400,
-            "stream: streaming is not supported on /v1/responses yet (send stream: false, or "
-            "use /v1/chat/completions, which streams)",
-            param="stream",
-            code="unsupported_parameter",
-        )
+    ``previous_response_id``, streamed when ``stream`` is true; the turn is stored in memory
+    afterwards."""
     new = input_messages(body.input)
-    store = store_of(request)
     url = upstream_url(runtime, "/chat/completions")
-    previous = await _previous(store, tenant_id, body.previous_response_id)
-    response_id = f"resp_{new_id()}"
-    user_id, session_id = memory_identity(body, request, previous, response_id)
-    history = (previous.messages if previous else []) + new
-    instructions = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    prepared = await prepare(
-        runtime, tenant_id, user_id, session_id, instructions + history, body.memory_config
-    )
+    exchange = await _exchange(body, new, request, runtime, tenant_id)
     client: httpx.AsyncClient = request.app.state.upstream
+    payload = _chat_payload(body, exchange.prepared.messages)
+    headers = upstream_headers(runtime, request)
+    if body.stream:
+        payload.update(stream=True, stream_options={"include_usage": True})
+        upstream = client.build_request("POST", url, json=payload, headers=headers)
+        return await _stream(client, upstream, runtime, store_of(request), exchange)
     try:
-        reply = await client.post(
-            url,
-            json=_chat_payload(body, prepared.messages),
-            headers=upstream_headers(runtime, request),
-        )
+        reply = await client.post(url, json=payload, headers=headers)
     except httpx.HTTPError as exc:
-        return unreachable(exc, prepared.headers())
+        return unreachable(exc, exchange.prepared.headers())
     if reply.status_code != 200:
-        return passthrough(reply, prepared.headers())
+        return passthrough(reply, exchange.prepared.headers())
     try:
         answer = read_completion(reply.json())
     except ValueError:
@@ -422,18 +500,196 @@ async def create_response(
         failed = error_response(
             502, "the upstream's answer is not a chat completion", code="upstream_invalid"
         )
-        failed.headers.update(prepared.headers())
+        failed.headers.update(exchange.prepared.headers())
         return failed
-    made = response_object(response_id, body, answer, prepared).model_dump(mode="json")
-    if body.store:
-        said = [*history, {"role": "assistant", "content": answer.text}]
-        stored = StoredResponse(
-            response_id, tenant_id, user_id, session_id, said, made, made["created_at"]
+    made = exchange.respond(answer)
+    await _keep(store_of(request), exchange, made, answer.text)
+    tasks.add_task(record_turn, runtime, exchange.prepared, exchange.turn, answer.text)
+    return JSONResponse(made, headers=exchange.prepared.headers())
+
+
+# -- streaming --------------------------------------------------------------------------------
+
+
+async def _stream(
+    client: httpx.AsyncClient,
+    upstream_request: httpx.Request,
+    runtime: Runtime,
+    store: ResponseStore,
+    exchange: _Exchange,
+) -> Response:
+    """Open the upstream's stream; its error status or a failure to reach it is answered as
+    the non-streaming path answers it, before any event is sent."""
+    extra = exchange.prepared.headers()
+    try:
+        upstream = await client.send(upstream_request, stream=True)
+        if upstream.status_code != 200:
+            try:
+                await upstream.aread()
+            finally:
+                await upstream.aclose()
+            return passthrough(upstream, extra)
+    except httpx.HTTPError as exc:
+        return unreachable(exc, extra)
+    events = _relay(upstream, runtime, store, exchange)
+    return StreamingResponse(
+        events, media_type="text/event-stream", headers={**extra, "Cache-Control": "no-cache"}
+    )
+
+
+@dataclass
+class _Streamed:
+    """What the upstream's chat-completions stream has said so far."""
+
+    pieces: list[str] = field(default_factory=list)
+    done: bool = False  # [DONE] came
+    finish_reason: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+    error: str | None = None  # why the stream failed, when it did
+
+    def read(self, line: str) -> str:
+        """Fold one line of the stream in; the answer text it adds ('' for none)."""
+        before = len(self.pieces)
+        self.done = _collect(line, self.pieces) or self.done
+        chunk = _chunk(line)
+        if chunk is not None:
+            self._note(chunk)
+        return "".join(self.pieces[before:])
+
+    def _note(self, chunk: Mapping[str, Any]) -> None:
+        error = chunk.get("error")
+        if error:  # some servers report a failure inside the stream
+            message = error.get("message") if isinstance(error, Mapping) else error
+            self.error = f"the upstream failed mid-stream: {message}"
+        if isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
+        self.usage = _usage(chunk.get("usage")) or self.usage
+        for choice in chunk.get("choices") or []:
+            if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+                reason = choice.get("finish_reason")
+                self.finish_reason = reason if isinstance(reason, str) else self.finish_reason
+
+    @property
+    def finished(self) -> bool:
+        """Whether the upstream finished its answer (a stream ended cleanly after the finish
+        reason counts, for servers that send no [DONE])."""
+        return self.error is None and (self.done or self.finish_reason is not None)
+
+    def answer(self) -> _Answer:
+        text = "".join(self.pieces)
+        return _Answer(
+            text=text, finish_reason=self.finish_reason, model=self.model, usage=self.usage
         )
-        await _keep(store, stored)
-    turn = new_turn(new) if prepared.store else []
-    tasks.add_task(record_turn, runtime, prepared, turn, answer.text)
-    return JSONResponse(made, headers=prepared.headers())
+
+
+def _chunk(line: str) -> Mapping[str, Any] | None:
+    if not line.startswith("data:"):
+        return None
+    try:
+        chunk = json.loads(line[5:])
+    except ValueError:
+        return None
+    return chunk if isinstance(chunk, Mapping) else None
+
+
+async def _relay(
+    upstream: httpx.Response, runtime: Runtime, store: ResponseStore, exchange: _Exchange
+) -> AsyncIterator[bytes]:
+    """The upstream's chat-completions stream as Responses events; the response is kept and
+    the turn stored only when the upstream finished (a client that leaves first stops this
+    generator at a yield, so nothing is kept)."""
+    events = _Events(exchange)
+    streamed = _Streamed()
+    try:
+        yield events.opening()
+        async for line in upstream.aiter_lines():
+            text = streamed.read(line)
+            if text:
+                yield events.delta(text)
+            if streamed.done or streamed.error:
+                break
+    except httpx.HTTPError as exc:
+        logger.warning("upstream stream broke off: %s", exc)
+        streamed.error = f"the upstream's stream broke off: {type(exc).__name__}: {exc}"
+    finally:
+        await upstream.aclose()
+    if not streamed.finished:
+        logger.warning("response %s failed: %s", exchange.response_id, streamed.error)
+        yield events.failed(streamed.error or "the upstream's stream ended before its answer")
+        return
+    answer = streamed.answer()
+    made = exchange.respond(answer, events.message_id)
+    # Both before the last events: a client may hang up on them, or chain from this one at once.
+    in_background(record_turn, runtime, exchange.prepared, exchange.turn, answer.text)
+    await _keep(store, exchange, made, answer.text)
+    yield events.closing(made)
+
+
+class _Events:
+    """Server-sent events in OpenAI's Responses streaming shape, numbered in order, for a
+    response with one output message of one text part."""
+
+    def __init__(self, exchange: _Exchange) -> None:
+        self.message_id = f"msg_{new_id()}"
+        self._running = _running(exchange)
+        self._numbers = itertools.count()
+
+    def opening(self) -> bytes:
+        item = {
+            "type": "message",
+            "id": self.message_id,
+            "status": "in_progress",
+            "role": "assistant",
+            "content": [],
+        }
+        part = OutputText(text="").model_dump(mode="json")
+        return b"".join(
+            [
+                self._event("response.created", response=self._running),
+                self._event("response.in_progress", response=self._running),
+                self._event("response.output_item.added", output_index=0, item=item),
+                self._event("response.content_part.added", **self._where(), part=part),
+            ]
+        )
+
+    def delta(self, text: str) -> bytes:
+        return self._event("response.output_text.delta", **self._where(), delta=text, logprobs=[])
+
+    def closing(self, made: dict[str, Any]) -> bytes:
+        """The text, part and item done, then the Response as the non-streaming path makes it
+        (``response.incomplete`` when the answer was cut short)."""
+        message = made["output"][0]
+        part = message["content"][0]
+        last = "response.completed" if made["status"] == "completed" else "response.incomplete"
+        where = self._where()
+        return b"".join(
+            [
+                self._event("response.output_text.done", **where, text=part["text"], logprobs=[]),
+                self._event("response.content_part.done", **where, part=part),
+                self._event("response.output_item.done", output_index=0, item=message),
+                self._event(last, response=made),
+            ]
+        )
+
+    def failed(self, message: str) -> bytes:
+        error = {"code": "server_error", "message": message}
+        response = {**self._running, "status": "failed", "error": error}
+        return self._event("response.failed", response=response)
+
+    def _where(self) -> dict[str, Any]:
+        return {"item_id": self.message_id, "output_index": 0, "content_index": 0}
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        data = json.dumps({"type": kind, "sequence_number": next(self._numbers), **fields})
+        return f"event: {kind}\ndata: {data}\n\n".encode()
+
+
+def _running(exchange: _Exchange) -> dict[str, Any]:
+    """The Response while the answer streams: no output yet, no usage."""
+    empty = _Answer(text="", finish_reason=None, model=None, usage=None)
+    made = exchange.respond(empty)
+    return {**made, "status": "in_progress", "completed_at": None, "output": []}
 
 
 @router.get("/v1/responses/{response_id}", response_model=ResponseObject)
