@@ -319,20 +319,25 @@ class ChatmemSystem:
 
     name = "chatmem"
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, query_model: str = "fast") -> None:
         t0 = time.perf_counter()
         try:
             lib = _import_chatmem()
             long_term_memory = lib.LongTermMemory
+            from chatmem.embeddings import LocalEmbedder
         except (ImportError, AttributeError) as exc:
             raise SystemUnavailable(f"chatmem.LongTermMemory not importable ({exc})") from exc
-        self._mem = long_term_memory.open(f"sqlite:///{workdir / 'chatmem.db'}")
+        options = {} if query_model == "fast" else {"query_model": query_model}
+        self._mem = long_term_memory.open(
+            f"sqlite:///{workdir / 'chatmem.db'}", embedder=LocalEmbedder(**options)
+        )
         params = inspect.signature(self._mem.search).parameters
         self._search_kwargs: dict[str, Any] = {"threshold": 0.0} if "threshold" in params else {}
         self.info: dict[str, Any] = {
             "version": getattr(lib, "__version__", "?"),
             "init_s": round(time.perf_counter() - t0, 3),
             "search_kwargs": self._search_kwargs,
+            "query_model": query_model,
         }
         self._ingested: list[list[Any]] = []
 
@@ -586,7 +591,7 @@ def build_system(name: str, workdir: Path, args: argparse.Namespace) -> System:
     if name == "mem0":
         return Mem0System(workdir, args.speaker_prefix)
     if name == "chatmem":
-        return ChatmemSystem(workdir)
+        return ChatmemSystem(workdir, args.query_model)
     raise ValueError(f"unknown system {name!r}")
 
 
@@ -741,6 +746,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=("auto", "chatmem", "onnx"),
         default="auto",
         help="auto: chatmem.embeddings.LocalEmbedder if importable, else the bundled ONNX one",
+    )
+    p.add_argument(
+        "--query-model",
+        choices=("fast", "exact"),
+        default="fast",
+        help="chatmem's query embedding: the dynamic-int8 copy (fast) or the packaged model",
     )
     p.add_argument(
         "--no-speaker-prefix",

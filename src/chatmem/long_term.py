@@ -19,7 +19,7 @@ import pydantic
 
 from chatmem import ranking
 from chatmem import text as textlib
-from chatmem.embeddings import Embedder, LocalEmbedder
+from chatmem.embeddings import Embedder, LocalEmbedder, embed_query
 from chatmem.errors import ImportFormatError, NotFoundError, ValidationError
 from chatmem.records import (
     Content,
@@ -284,13 +284,13 @@ class LongTermMemory:
         base = filter.model_dump(exclude_none=True) if filter else {}
         scope = Filter.checked({**base, "tenant_id": tenant_id, "user_id": user_id}, "filter")
         # The embedding runs in a thread of its own while the store starts on the words.
-        embedding = self._embedding_pool().submit(self.embedder.embed, [query])
+        embedding = self._embedding_pool().submit(embed_query, self.embedder, query)
         candidates = self.store.search(
             SearchQuery(
                 filter=scope,
                 text=query,
                 candidates=max(self.ranking.candidates, 2 * k),
-                embed=lambda: embedding.result()[0],
+                embed=embedding.result,
             )
         )
         current_only = not include_superseded and scope.valid_at is None

@@ -21,3 +21,14 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> Vector:
         """Embed ``texts``: one normalised row per text."""
         ...
+
+
+def embed_query(embedder: Embedder, text: str) -> Vector:
+    """One search query's vector (1-D): the embedder's own ``embed_query`` when it has one
+    (the local embedder runs queries on a faster model), else ``embed``."""
+    own = getattr(embedder, "embed_query", None)
+    if callable(own):
+        vector: Vector = own(text)
+        return vector
+    row: Vector = embedder.embed([text])[0]
+    return row

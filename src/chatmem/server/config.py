@@ -67,6 +67,9 @@ class EmbeddingSection(_Section):
     dimension: int = Field(default=LOCAL_EMBEDDING_DIMENSION, ge=1)
     base_url: str | None = None
     api_key_env: str | None = None
+    #: The local model's query path: ``fast`` (a dynamic-int8 copy, about half the CPU) or
+    #: ``exact`` (the packaged model, as memories are embedded).
+    query_model: Literal["fast", "exact"] = "fast"
 
     @model_validator(mode="after")
     def _local_is_minilm(self) -> EmbeddingSection:
