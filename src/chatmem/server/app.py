@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatmem import __version__
 from chatmem.errors import (
@@ -96,7 +97,7 @@ def field_path(loc: list[Any]) -> str | None:
     return path or None
 
 
-def runtime_of(request: Request) -> Runtime:
+async def runtime_of(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
 
@@ -114,13 +115,13 @@ def _key_of(request: Request) -> str | None:
     return request.headers.get("x-api-key")
 
 
-def principal_of(request: Request) -> Principal:
+async def principal_of(request: Request) -> Principal:
     """The caller: a key's tenant and roles, the admin, or the anonymous tenant.
 
     A bearer token that chatmem did not issue (not ``cm-…``, and not a key of the config
     file) counts as no key: an OpenAI SDK always sends one, and with
     ``upstream.pass_authorization`` it is the upstream's key, not chatmem's."""
-    runtime = runtime_of(request)
+    runtime: Runtime = request.app.state.runtime
     key = _key_of(request)
     principal = runtime.keys.authenticate(key) if key is not None else None
     if principal is not None:
@@ -136,7 +137,7 @@ def principal_of(request: Request) -> Principal:
 PrincipalDep = Annotated[Principal, Depends(principal_of)]
 
 
-def tenant_of(request: Request, principal: PrincipalDep) -> str:
+async def tenant_of(request: Request, principal: PrincipalDep) -> str:
     """The tenant a data request acts for: the key's own; the admin names one in the
     ``X-Chatmem-Tenant`` header. Ids in the body never choose the tenant."""
     if principal.tenant_id is not None:
@@ -151,7 +152,7 @@ def tenant_of(request: Request, principal: PrincipalDep) -> str:
 TenantDep = Annotated[str, Depends(tenant_of)]
 
 
-def require_admin(principal: PrincipalDep) -> Principal:
+async def require_admin(principal: PrincipalDep) -> Principal:
     if not principal.is_admin:
         raise ApiError(403, "this needs the admin key", code="admin_only")
     return principal
@@ -160,7 +161,7 @@ def require_admin(principal: PrincipalDep) -> Principal:
 AdminDep = Annotated[Principal, Depends(require_admin)]
 
 
-def require_memory(runtime: RuntimeDep) -> Runtime:
+async def require_memory(runtime: RuntimeDep) -> Runtime:
     """Memory routes answer 503 while memory is off (F1), saying why."""
     if runtime.long_term is None:
         why = runtime.memory_error or "memory.enabled is false"
@@ -217,21 +218,35 @@ def _register_errors(app: FastAPI) -> None:
         return error_response(400, str(exc), code=type(exc).__name__)
 
 
-def _register_metrics(app: FastAPI) -> None:
-    @app.middleware("http")
-    async def timed(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
+class _Timed:
+    """Request latency by route, method and status class, as a plain ASGI middleware
+    (Starlette's ``BaseHTTPMiddleware`` costs a task and a stream per request)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         began = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        runtime: Runtime | None = getattr(request.app.state, "runtime", None)
-        if runtime is not None:
-            runtime.metrics.request_seconds.labels(
-                path, request.method, f"{response.status_code // 100}xx"
-            ).observe(time.perf_counter() - began)
-        return response
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            runtime: Runtime | None = getattr(scope["app"].state, "runtime", None)
+            if runtime is not None:
+                path = getattr(scope.get("route"), "path", "unmatched")
+                runtime.metrics.request_seconds.labels(
+                    path, scope["method"], f"{status // 100}xx"
+                ).observe(time.perf_counter() - began)
 
 
 class Health(BaseModel):
@@ -302,7 +317,7 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
         responses=ERRORS,
     )
     _register_errors(app)
-    _register_metrics(app)
+    app.add_middleware(_Timed)
     _register_health(app)
     for module in (chat, responses, memory_api, sessions_api, admin):
         app.include_router(module.router)

@@ -392,7 +392,8 @@ async def chat_completions(
         data = answer.json()
     except ValueError:
         return passthrough(answer, prepared.headers())
-    tasks.add_task(record_turn, runtime, prepared, turn, _answer_text(data))
+    if prepared.store:
+        tasks.add_task(record_turn, runtime, prepared, turn, _answer_text(data))
     return JSONResponse(data, headers=prepared.headers())
 
 
