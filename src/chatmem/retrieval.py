@@ -34,8 +34,10 @@ with ``RELEVANCE_REFERENCE = 1/3``. When the search found a good match (fused >=
 which in practice means a keyword match), relevance is relative to it and 0.6 keeps what
 scores at least 60 % of the best: noise that merely shares a word with the query falls
 away. When the best match is weak, the scale is absolute and 0.6 means a fused score of at
-least 0.2: a paraphrase with a cosine of about 0.33 passes, unrelated text (cosine under
-about 0.25) does not. On 20 questions (and 8 with no answer stored) against 15 facts among
+least 0.2: a paraphrase with a cosine of 0.34-0.37 passes ("Do I have any pets?" / "User
+has two cats": 0.36), unrelated text (cosine under about 0.25) does not; one at 0.33 is on
+the edge, where the fast query model's vectors (within about 0.01 of the exact ones) can
+tip it either way. On 20 questions (and 8 with no answer stored) against 15 facts among
 500 and 5,000 distractors, 0.6 kept 18-19 of the 20 true hits (with 11-16 unrelated
 memories in the 140 slots of top-5), against 10-11 (and none unrelated) for 0.6 on the
 fused score. Recency and importance only reorder what passed: an old but relevant fact is

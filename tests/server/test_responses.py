@@ -365,10 +365,11 @@ def test_retrieval_limit_and_memory_types_are_honoured(
 def test_a_similarity_threshold_of_one_injects_nothing(
     service: TestClient, upstream: ScriptedOpenAIServer
 ) -> None:
-    # A paraphrase (no shared keyword): retrieved at the default threshold, not at 1.0.
-    # (The threshold applies to relevance relative to the search's best match when that
-    # match is strong, so 1.0 still keeps a strong best match; see chatmem.retrieval.)
-    add_memory(service, "User lives in Berlin with two cats.", MemoryType.SEMANTIC)
+    # A paraphrase (no shared keyword, cosine about 0.36): retrieved at the default
+    # threshold, not at 1.0. (The threshold applies to relevance relative to the search's
+    # best match when that match is strong, so 1.0 still keeps a strong best match; see
+    # chatmem.retrieval.)
+    add_memory(service, "User has two cats.", MemoryType.SEMANTIC)
     question: dict[str, Any] = {
         "input": "Do I have any pets?",
         "memory_context": {"user_id": "alice"},
