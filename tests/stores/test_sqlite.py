@@ -14,7 +14,7 @@ from chatmem.errors import ConfigError, StoreError, ValidationError
 from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord
 from chatmem.stores import SQLiteStore, open_store
 from chatmem.stores.base import SearchQuery
-from chatmem.stores.sqlite import FTS_SHARDS, MIGRATIONS
+from chatmem.stores.sqlite import FTS_SHARDS, INDEXED_METADATA, MIGRATIONS, _where
 
 EMBEDDING = EmbeddingInfo(model="test", dimension=4)
 WRITES = 40
@@ -210,3 +210,40 @@ def test_a_store_from_before_the_keyword_shards_is_migrated_in_place(tmp_path: P
         assert len(_search_ids(migrated, user, "trip budget dog sister", vector)) == 3
     migrated.close()
     new_store.close()
+
+
+@pytest.mark.parametrize("key", sorted(INDEXED_METADATA))
+def test_the_write_policys_metadata_lookups_use_their_index(tmp_path: Path, key: str) -> None:
+    """The write policy lists a user's memories by these keys on every extraction batch: the
+    filter must be answered from the index (it parsed all of a user's rows before), and
+    answer what the same filter on an unindexed key answers."""
+    store = SQLiteStore(tmp_path / "m.db")
+    store.bind_embedding(EMBEDDING)
+    rng = np.random.default_rng(3)
+    records = [
+        MemoryRecord(
+            user_id="alice",
+            content={"raw": f"fact {i}"},
+            user_metadata={key: f"v{i % 3}", "plain": f"v{i % 3}"},
+        )
+        for i in range(30)
+    ]
+    store.put([Entry(r, rng.random(4, dtype=np.float32)) for r in records])
+    indexed = Filter(user_id="alice", metadata={key: "v1"})
+    plain = Filter(user_id="alice", metadata={"plain": "v1"})
+    first = store.list(indexed, limit=4)
+    assert first.next_cursor is not None
+    rest = store.list(indexed, limit=100, cursor=first.next_cursor)
+    found = [r.id for r in first.records + rest.records]
+    assert found == [r.id for r in store.list(plain, limit=100).records]
+    assert found == [r.id for r in records if r.user_metadata[key] == "v1"]
+    where, params = _where(indexed)
+    conn = sqlite3.connect(tmp_path / "m.db")
+    plan = conn.execute(
+        f"EXPLAIN QUERY PLAN SELECT m.body FROM memories AS m WHERE {where}"
+        " ORDER BY m.created_at, m.rowid LIMIT 5",
+        params,
+    ).fetchall()
+    conn.close()
+    assert any(f"memories_by_{key}" in str(step) for step in plan), plan
+    store.close()

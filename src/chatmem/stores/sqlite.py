@@ -127,7 +127,18 @@ MIGRATIONS: tuple[str, ...] = (
     );
     """,
     _SHARD_FTS,
+    # The write policy looks a user's memories up by these user_metadata keys on every
+    # extraction batch; without an index each lookup parsed every one of the user's rows.
+    """
+    CREATE INDEX memories_by_write_batch ON memories
+        (tenant_id, user_id, json_extract(body, '$.user_metadata."write_batch"'), created_at);
+    CREATE INDEX memories_by_subject ON memories
+        (tenant_id, user_id, json_extract(body, '$.user_metadata."subject"'), created_at);
+    """,
 )
+#: user_metadata keys with an index (migration 3); a filter on one of them is written with
+#: the index's own expression, so SQLite can use it.
+INDEXED_METADATA = frozenset({"write_batch", "subject"})
 
 
 def user_key(tenant_id: str, user_id: str) -> str:
@@ -194,8 +205,11 @@ def _where(scope: Filter, alias: str = "m") -> tuple[str, list[Any]]:
         )
         params.extend([moment, moment])
     for key, value in (scope.metadata or {}).items():
-        path = f"json_extract({alias}.body, ?)"
-        params.append(f'$.user_metadata."{key}"')
+        if key in INDEXED_METADATA:
+            path = f"""json_extract({alias}.body, '$.user_metadata."{key}"')"""
+        else:
+            path = f"json_extract({alias}.body, ?)"
+            params.append(f'$.user_metadata."{key}"')
         if value is None:
             conditions.append(f"{path} IS NULL")
         else:
