@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import threading
 import time
@@ -1076,17 +1077,26 @@ class _Found(NamedTuple):
     expand_ms: float
 
 
+def default_search_workers() -> int:
+    """One search thread per core (2 to 8): a search is CPU work (the query embedding, the
+    vector product, SQLite), so more threads than cores only make every search slower. With 4
+    threads on 2 cores under 16 concurrent clients, nearly every search ran past its 50 ms
+    budget and was thrown away after its CPU was spent."""
+    return min(8, max(2, os.cpu_count() or 2))
+
+
 class Retriever:
     """The retrieval pipeline of one long-term memory (see the module docstring).
 
-    Search and expansion run in a pool of ``search_workers`` threads, reused across
-    requests; a search still running past ``search_budget_ms`` is left to finish there
-    (one not started yet is cancelled) while the request goes on without memory. When every
-    thread is taken (by searches in time or past it), a request goes on without memory at
-    once (``degraded="busy"``) instead of queueing for a budget it would miss. The
-    budget can be overrun by up to Python's thread switch interval (5 ms) while the worker
-    runs Python code; the embedder, SQLite and numpy let go of the interpreter. Close the
-    retriever (or use it as a context manager) to stop the pool; a ``usage`` recorder
+    Search and expansion run in a pool of ``search_workers`` threads (default: one per core,
+    at least 2 and at most 8), reused across requests; a search still running past
+    ``search_budget_ms`` is left to finish there (one not started yet is cancelled) while
+    the request goes on without memory. When every thread is taken (by searches in time or
+    past it), a request goes on without memory at once (``degraded="busy"``) instead of
+    queueing for a budget it would miss. The budget can be overrun by up to Python's thread
+    switch interval (5 ms) while the worker runs Python code; the embedder, SQLite and numpy
+    let go of the interpreter. Close the retriever (or use it as a context manager) to stop
+    the pool; a ``usage`` recorder
     belongs to the caller.
     """
 
@@ -1109,9 +1119,11 @@ class Retriever:
         hops: int = 1,
         template: str | None = None,
         header: str = DEFAULT_HEADER,
-        search_workers: int = 4,
+        search_workers: int | None = None,
     ) -> None:
         _check_search(k, threshold)
+        if search_workers is None:
+            search_workers = default_search_workers()
         if hyde and rewriter is None:
             raise ValidationError("HyDE needs a model (rewriter)", field="hyde")
         if search_budget_ms <= 0 or budget_tokens < 0 or search_workers < 1:
