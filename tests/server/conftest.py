@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from chatmem import LocalEmbedder
-from chatmem.server import Runtime, ServiceConfig, create_app
+from chatmem.server import Runtime, ServiceConfig, chat, create_app
 from chatmem.testing import ScriptedOpenAIServer
 
 ADMIN_KEY = "admin-key-0123456789abcdef"
@@ -77,10 +77,17 @@ def runtime_of(client: TestClient) -> Runtime:
     return runtime
 
 
+def settle(timeout_s: float = 10.0) -> None:
+    """Wait until the turns of answered requests are stored (that runs after the answer)."""
+    wait_for(lambda: not chat._background, timeout_s)
+
+
 def drain(client: TestClient, timeout_s: float = 30.0) -> None:
-    """Run queued extraction now, and wait for a batch the worker thread holds."""
+    """Store the answered turns, run queued extraction now, and wait for a batch the worker
+    thread holds."""
     runtime = runtime_of(client)
     assert runtime.worker is not None
+    settle()
     deadline = time.monotonic() + timeout_s
     while True:
         runtime.worker.drain()

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from chatmem import LocalEmbedder
 from chatmem.messages import SessionKey
 from chatmem.testing import ScriptedOpenAIServer
-from tests.server.conftest import ServiceFactory, drain, runtime_of, wait_for
+from tests.server.conftest import ServiceFactory, drain, runtime_of, settle, wait_for
 
 
 def sdk(client: TestClient, key: str = "unused") -> openai.OpenAI:
@@ -90,6 +90,7 @@ def test_only_the_new_turn_is_appended_when_the_client_resends_history(
         {"role": "user", "content": "And I live in Lisbon."},
     ]
     chat.chat.completions.create(model="m", messages=second, user="carol")
+    settle()
     history = runtime_of(service).short_term.history(SessionKey("default", "carol", "default"))
     assert [m.content for m in history if m.role.value == "user"] == [
         "I like green tea.",
@@ -333,6 +334,23 @@ def test_a_slow_search_is_cut_at_its_budget(
     assert answer.headers["x-chatmem-memory-reason"] == "timeout"
 
 
+def test_a_sessions_turns_are_stored_in_the_order_they_were_answered(
+    service: TestClient,
+) -> None:
+    """Turns are stored after the answer, off the request; a client that sends its next
+    turn at once must still find its session in order."""
+    chat = sdk(service)
+    said = [f"Note number {n} for today." for n in range(12)]
+    for text in said:
+        chat.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": text}], user="dora"
+        )
+    settle()
+    history = runtime_of(service).short_term.history(SessionKey("default", "dora", "default"))
+    assert [m.content for m in history if m.role.value == "user"] == said
+    assert [m.role.value for m in history] == ["user", "assistant"] * len(said)
+
+
 def test_extraction_shows_in_the_logs(
     service: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -361,3 +379,15 @@ def test_metrics_count_requests_hits_and_skips(service: TestClient) -> None:
     assert re.search(r'chatmem_memory_skips_total\{reason="[^"]+"\} 1.0', text)
     assert 'route="/v1/chat/completions"' in text
     assert "chatmem_extraction_queue_depth 0.0" in text
+
+
+def test_request_latency_is_recorded_by_route_and_status(service: TestClient) -> None:
+    sdk(service).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hello there"}], user="eve"
+    )
+    service.post("/v1/chat/completions", json={"model": "m", "messages": []})
+    text = service.get("/metrics").text
+    ok = 'chatmem_request_seconds_count{method="POST",route="/v1/chat/completions",status="2xx"}'
+    bad = 'chatmem_request_seconds_count{method="POST",route="/v1/chat/completions",status="4xx"}'
+    assert f"{ok} 1.0" in text
+    assert f"{bad} 1.0" in text

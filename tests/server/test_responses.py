@@ -25,7 +25,7 @@ from chatmem.records import MemoryType
 from chatmem.server import Runtime, ServiceConfig, create_app
 from chatmem.server.responses import IGNORED_FIELDS
 from chatmem.testing import ScriptedOpenAIServer
-from tests.server.conftest import ServiceFactory, drain, runtime_of, wait_for
+from tests.server.conftest import ServiceFactory, drain, runtime_of, settle, wait_for
 
 BUDGET = "My budget for the Hawaii trip is $10,000."
 
@@ -309,6 +309,7 @@ def test_a_chain_is_one_session_of_its_first_users_memory(
     assert second["memory"]["outcome"] != "off"
     # The chain's turns were kept for alice, in one session named after the chain's root.
     key = SessionKey("default", "alice", first["id"])
+    settle()
     said = [m.content for m in runtime_of(service).short_term.history(key)]
     assert said == [BUDGET, f"seen: {BUDGET}", "Thanks, noted.", said[3]]
     assert said[3].startswith("seen: ")
@@ -319,6 +320,7 @@ def test_memory_context_names_the_session(service: TestClient) -> None:
     first = create(service, input=BUDGET, memory_context=context).json()
     create(service, input="Thanks, noted.", previous_response_id=first["id"])
     key = SessionKey("default", "alice", "trip")
+    settle()
     assert len(runtime_of(service).short_term.history(key)) == 4
 
 
@@ -520,6 +522,7 @@ def kinds(events: list[dict[str, Any]]) -> list[str]:
 
 def history_of(client: TestClient, user: str, session: str) -> list[str]:
     key = SessionKey("default", user, session)
+    settle()
     return [m.content for m in runtime_of(client).short_term.history(key)]
 
 

@@ -20,13 +20,13 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import httpx
-from fastapi import APIRouter, BackgroundTasks, Body, Request
+from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
@@ -368,7 +368,6 @@ async def chat_completions(
     request: Request,
     runtime: RuntimeDep,
     tenant_id: TenantDep,
-    tasks: BackgroundTasks,
 ) -> Response:
     """An OpenAI chat completion, with the user's memories injected and the turn stored."""
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
@@ -392,8 +391,8 @@ async def chat_completions(
         data = answer.json()
     except ValueError:
         return passthrough(answer, prepared.headers())
-    if prepared.store:
-        tasks.add_task(record_turn, runtime, prepared, turn, _answer_text(data))
+    # Not a BackgroundTask: uvicorn holds the connection's next request until those end.
+    store_turn(runtime, prepared, turn, _answer_text(data))
     return JSONResponse(data, headers=prepared.headers())
 
 
@@ -424,7 +423,7 @@ async def _stream(
             nonlocal stored
             if not stored and pieces:
                 stored = True
-                in_background(record_turn, runtime, prepared, turn, "".join(pieces))
+                store_turn(runtime, prepared, turn, "".join(pieces))
 
         try:
             async for line in upstream.aiter_lines():
@@ -448,11 +447,36 @@ async def _stream(
 _background: set[asyncio.Task[None]] = set()
 
 
-def in_background(work: Callable[..., None], *args: Any) -> None:
-    """Run ``work(*args)`` in a thread, off the request, whatever becomes of the request."""
-    task = asyncio.get_running_loop().create_task(asyncio.to_thread(work, *args))
+#: Per session, the turn being stored last: the next one waits for it, so a session's turns
+#: are stored in the order they were answered.
+_storing: dict[SessionKey, asyncio.Task[None]] = {}
+
+
+def store_turn(
+    runtime: Runtime, prepared: Prepared, turn: list[Message], answer: str | None
+) -> None:
+    """Store a request's turn and answer (``record_turn``) off the request, after the turns
+    of its session answered before it."""
+    key = prepared.key
+    if not prepared.store or key is None:
+        return
+    previous = _storing.get(key)
+
+    async def run() -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        await asyncio.to_thread(record_turn, runtime, prepared, turn, answer)
+
+    task = asyncio.get_running_loop().create_task(run())
+    _storing[key] = task
     _background.add(task)
-    task.add_done_callback(_background.discard)
+
+    def ended(done: asyncio.Task[None]) -> None:
+        _background.discard(done)
+        if _storing.get(key) is done:
+            del _storing[key]
+
+    task.add_done_callback(ended)
 
 
 def _collect(line: str, pieces: list[str]) -> bool:
@@ -496,6 +520,7 @@ __all__ = [
     "prepare",
     "record_turn",
     "router",
+    "store_turn",
     "system_text_name",
     "upstream_client",
 ]

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import httpx
-from fastapi import APIRouter, BackgroundTasks, Body, Path, Request
+from fastapi import APIRouter, Body, Path, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -52,11 +52,10 @@ from chatmem.server.chat import (
     MemoryOptions,
     Prepared,
     _collect,
-    in_background,
     new_turn,
     passthrough,
     prepare,
-    record_turn,
+    store_turn,
     unreachable,
     upstream_headers,
     upstream_url,
@@ -471,7 +470,6 @@ async def create_response(
     request: Request,
     runtime: RuntimeDep,
     tenant_id: TenantDep,
-    tasks: BackgroundTasks,
 ) -> Response:
     """A model response with the user's memories injected, chained by
     ``previous_response_id``, streamed when ``stream`` is true; the turn is stored in memory
@@ -504,7 +502,7 @@ async def create_response(
         return failed
     made = exchange.respond(answer)
     await _keep(store_of(request), exchange, made, answer.text)
-    tasks.add_task(record_turn, runtime, exchange.prepared, exchange.turn, answer.text)
+    store_turn(runtime, exchange.prepared, exchange.turn, answer.text)
     return JSONResponse(made, headers=exchange.prepared.headers())
 
 
@@ -621,7 +619,7 @@ async def _relay(
     answer = streamed.answer()
     made = exchange.respond(answer, events.message_id)
     # Both before the last events: a client may hang up on them, or chain from this one at once.
-    in_background(record_turn, runtime, exchange.prepared, exchange.turn, answer.text)
+    store_turn(runtime, exchange.prepared, exchange.turn, answer.text)
     await _keep(store, exchange, made, answer.text)
     yield events.closing(made)
 
