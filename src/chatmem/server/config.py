@@ -8,7 +8,7 @@ The file (every key optional; these are the defaults)::
       auto_store: true                    # queue extraction after each chat turn
       store: null                         # a store URI; null: $CHATMEM_STORE or the data dir
       milvus: {address: null, collection: chatmem, dimension: 384}   # the design's shape
-      embedding: {model: all-MiniLM-L6-v2, dimension: 384}          # or an OpenAI endpoint
+      embedding: {model: all-MiniLM-L6-v2, dimension: 384, query_model: fast}  # or an endpoint
       default_retrieval_limit: 5
       default_similarity_threshold: 0.6
       extraction_batch_size: 10           # user turns between extractions
