@@ -373,6 +373,7 @@ def test_metrics_count_requests_hits_and_skips(service: TestClient) -> None:
         model="m", messages=[{"role": "user", "content": "What's my dog called?"}], user="al"
     )
     chat.chat.completions.create(model="m", messages=[{"role": "user", "content": "ok"}], user="al")
+    drain(service)  # the turns are stored after the answers; the gauge is read once they ran
     text = service.get("/metrics").text
     assert 'chatmem_memory_requests_total{outcome="injected"} 1.0' in text
     assert re.search(r"chatmem_memory_hits_total [1-9]", text)

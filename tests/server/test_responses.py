@@ -393,8 +393,10 @@ def test_auto_store_false_queues_no_extraction(service: TestClient) -> None:
         memory_context={"user_id": "alice"},
         memory_config={"auto_store": False},
     )
+    settle()
     assert sum(outbox.counts().values()) == before
     create(service, input=BUDGET, memory_context={"user_id": "alice"})
+    settle()
     assert sum(outbox.counts().values()) == before + 1
 
 
@@ -527,6 +529,7 @@ def history_of(client: TestClient, user: str, session: str) -> list[str]:
 
 
 def queued(client: TestClient) -> int:
+    settle()
     return sum(runtime_of(client).outbox.counts().values())
 
 
