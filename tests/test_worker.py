@@ -48,6 +48,7 @@ from chatmem.worker import (
     claimable,
     cosine_distance,
     is_explicit,
+    project_of,
     trigger_reason,
 )
 
@@ -788,3 +789,14 @@ def test_two_processes_sharing_a_user_make_no_duplicates(
         assert child.returncode == 0, err
     with LongTermMemory(SQLiteStore(store_path), embedder) as lt:
         assert_no_duplicates(lt, range(16))
+
+
+def test_a_batch_belongs_to_the_project_its_last_messages_name() -> None:
+    def said(text: str, project: str | None = None) -> Message:
+        metadata = {"project_id": project} if project else {}
+        return Message.model_validate({"role": "user", "content": text, "metadata": metadata})
+
+    assert project_of([said("a"), said("b")]) is None
+    assert project_of([said("a", "trip"), said("b")]) == "trip"
+    assert project_of([said("a", "trip"), said("b", "work"), said("c")]) == "work"
+    assert project_of([said("a", "")]) is None

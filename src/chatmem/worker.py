@@ -761,6 +761,16 @@ class ExtractionScheduler:
         return list(self.embedder.embed(long_enough)) if long_enough else []
 
 
+def project_of(messages: Sequence[Message]) -> str | None:
+    """The project a batch's facts belong to: the ``project_id`` in the metadata of its last
+    message that names one (the chat proxy writes it from ``memory_context``)."""
+    for message in reversed(messages):
+        named = (message.metadata.model_extra or {}).get("project_id")
+        if isinstance(named, str) and named:
+            return named
+    return None
+
+
 # -- the worker ------------------------------------------------------------------------------
 
 
@@ -842,7 +852,13 @@ class Worker:
             self._fail(batch, f"extraction: {exc}")
             return False
         try:
-            report = self.policy.apply(self.long_term, batch.key, facts, batch_id=batch.batch_id)
+            report = self.policy.apply(
+                self.long_term,
+                batch.key,
+                facts,
+                batch_id=batch.batch_id,
+                project_id=project_of(batch.messages),
+            )
             evicted = self._enforce_quota(batch.key)
         except ChatmemError as exc:  # boundary: store or embedder trouble; retried later
             logger.warning("Storing batch %s failed: %s", batch.batch_id, exc)

@@ -241,9 +241,11 @@ def created_record(
     batch_id: str,
     now: datetime,
     supersedes: Sequence[str] = (),
+    project_id: str | None = None,
 ) -> MemoryRecord:
-    """The memory fact ``index`` creates; with ``supersedes``, it links to the memories it
-    replaces and starts being valid when the fact says (at the latest, now)."""
+    """The memory fact ``index`` creates (in ``project_id`` when given); with ``supersedes``,
+    it links to the memories it replaces and starts being valid when the fact says (at the
+    latest, now)."""
     valid_from = fact.valid_from
     if supersedes:
         valid_from = now if valid_from is None or valid_from > now else valid_from
@@ -257,6 +259,7 @@ def created_record(
             "tenant_id": key.tenant_id,
             "user_id": key.user_id,
             "session_id": key.session_id,
+            "project_id": project_id,
             "type": fact.type,
             "content": {"raw": fact.text, "structured": dict(fact.structured) or None},
             "metadata": {
@@ -415,10 +418,13 @@ class WritePolicy:
         *,
         batch_id: str | None = None,
         now: datetime | None = None,
+        project_id: str | None = None,
     ) -> WriteReport:
         """Store ``facts`` for ``key``'s user and log one line. Give the queue's
-        ``batch_id`` to make a second run of the same batch write nothing new."""
-        batch = _Batch(self, long_term, key, batch_id or new_id(), now or utcnow())
+        ``batch_id`` to make a second run of the same batch write nothing new. With
+        ``project_id``, the facts are that project's: compared with its memories only, and
+        stored in it."""
+        batch = _Batch(self, long_term, key, batch_id or new_id(), now or utcnow(), project_id)
         report = batch.run(facts)
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(report.skipped_reasons.items()))
         logger.info(
@@ -464,6 +470,7 @@ class _Batch:
         key: SessionKey,
         batch_id: str,
         now: datetime,
+        project_id: str | None = None,
     ) -> None:
         self.policy = policy
         self.config = policy.config
@@ -472,7 +479,8 @@ class _Batch:
         self.key = key
         self.batch_id = batch_id
         self.now = now
-        self.scope = Filter(tenant_id=key.tenant_id, user_id=key.user_id)
+        self.project_id = project_id
+        self.scope = Filter(tenant_id=key.tenant_id, user_id=key.user_id, project_id=project_id)
         self.info = EmbeddingInfo(model=self.embedder.model, dimension=self.embedder.dimension)
         self.counts: Counter[Action] = Counter()
         self.skipped: Counter[str] = Counter()
@@ -602,7 +610,9 @@ class _Batch:
             self.touched.append(new.id)
         else:
             supersedes = decision.targets if decision.action is Action.SUPERSEDE else ()
-            record = created_record(fact, self.key, index, self.batch_id, self.now, supersedes)
+            record = created_record(
+                fact, self.key, index, self.batch_id, self.now, supersedes, self.project_id
+            )
             self.store.put([Entry(record.model_copy(update={"embedding": self.info}), vector)])
             self.touched.append(record.id)
             self._close(list(supersedes), by=record)

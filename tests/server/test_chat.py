@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from chatmem import LocalEmbedder
 from chatmem.messages import SessionKey
+from chatmem.records import Filter
 from chatmem.testing import ScriptedOpenAIServer
 from tests.server.conftest import ServiceFactory, drain, runtime_of, settle, wait_for
 
@@ -392,3 +393,44 @@ def test_request_latency_is_recorded_by_route_and_status(service: TestClient) ->
     bad = 'chatmem_request_seconds_count{method="POST",route="/v1/chat/completions",status="4xx"}'
     assert f"{ok} 1.0" in text
     assert f"{bad} 1.0" in text
+
+
+def _in_project(service: TestClient, text: str, project: str | None) -> httpx.Response:
+    context: dict[str, Any] = {"user_id": "pam", "session_id": f"s-{project}"}
+    if project is not None:
+        context["project_id"] = project
+    body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    return service.post("/v1/chat/completions", json={**body, "memory_context": context})
+
+
+def _injected(upstream: ScriptedOpenAIServer) -> str:
+    first = upstream.chat_requests[-1]["messages"][0]
+    return str(first["content"]) if first["role"] == "system" else ""
+
+
+def test_memory_context_project_id_keeps_facts_and_recall_in_the_project(
+    service: TestClient, upstream: ScriptedOpenAIServer
+) -> None:
+    """Facts told in a project are stored in it; a request naming a project recalls only
+    that project's memories; one naming none recalls all of the user's."""
+    _in_project(service, "Remember that my budget for the Hawaii trip is $4,000.", "trip")
+    _in_project(service, "Remember that my budget for the office party is $300.", "work")
+    drain(service)
+    stored = runtime_of(service).long_term
+    assert stored is not None
+    by_project = {
+        r.project_id: r.text
+        for r in stored.list(Filter(tenant_id="default", user_id="pam")).records
+    }
+    assert "$4,000" in by_project["trip"] and "$300" in by_project["work"]
+    assert set(by_project) == {"trip", "work"}
+
+    asked = _in_project(service, "What's my budget?", "trip")
+    assert asked.headers["x-chatmem-memory"] == "injected"
+    assert "$4,000" in _injected(upstream) and "$300" not in _injected(upstream)
+    asked = _in_project(service, "What's my budget?", "work")
+    assert "$300" in _injected(upstream) and "$4,000" not in _injected(upstream)
+    asked = _in_project(service, "What's my budget?", None)
+    assert "$300" in _injected(upstream) and "$4,000" in _injected(upstream)
+    history = runtime_of(service).short_term.history(SessionKey("default", "pam", "s-trip"))
+    assert {m.metadata.model_extra.get("project_id") for m in history} == {"trip"}

@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from chatmem.errors import ChatmemError
-from chatmem.messages import Message, Role, SessionKey
+from chatmem.messages import Message, MessageMetadata, Role, SessionKey
 from chatmem.records import MemoryType
 from chatmem.retrieval import Retrieval, insert_system
 from chatmem.server.app import ApiError, RuntimeDep, TenantDep, error_response
@@ -122,6 +122,9 @@ class Prepared:
     reason: str = ""
     memories: list[dict[str, Any]] = field(default_factory=list)
     key: SessionKey | None = None
+    #: ``memory_context.project_id``: retrieval is narrowed to it, and the turn carries it
+    #: (in its messages' metadata) so the facts extracted from it are stored in it.
+    project_id: str | None = None
     store: bool = False
     extract: bool = False
     memory_ms: float = 0.0
@@ -173,8 +176,10 @@ async def prepare(
     session_id: str,
     messages: list[dict[str, Any]],
     options: MemoryOptions | None,
+    project_id: str | None = None,
 ) -> Prepared:
-    """Retrieve and inject for one request; never raises for memory's sake (F2, F4)."""
+    """Retrieve and inject for one request (within ``project_id``'s memories when given);
+    never raises for memory's sake (F2, F4)."""
     options = options or MemoryOptions()
     auto_store = (
         runtime.config.memory.auto_store if options.auto_store is None else options.auto_store
@@ -184,10 +189,12 @@ async def prepare(
     key = SessionKey(tenant_id, user_id, session_id)
     if not options.enabled:
         return Prepared(messages, "off", "memory_config.enabled is false")
-    prepared = Prepared(messages, "off", key=key, store=True, extract=auto_store)
+    prepared = Prepared(
+        messages, "off", key=key, project_id=project_id, store=True, extract=auto_store
+    )
     began = time.perf_counter()
     # One trip to a worker thread for both the session's system memory and the search.
-    sent, found = await asyncio.to_thread(_recall, runtime, key, messages, options)
+    sent, found = await asyncio.to_thread(_recall, runtime, key, messages, options, project_id)
     prepared.messages = sent
     if found is None:
         prepared.reason = runtime.memory_error or "memory is off"
@@ -224,7 +231,11 @@ async def prepare(
 
 
 def _recall(
-    runtime: Runtime, key: SessionKey, messages: list[dict[str, Any]], options: MemoryOptions
+    runtime: Runtime,
+    key: SessionKey,
+    messages: list[dict[str, Any]],
+    options: MemoryOptions,
+    project_id: str | None = None,
 ) -> tuple[list[dict[str, Any]], Retrieval | str | None]:
     """The messages with the session's system memory, and what retrieval made of them (None:
     memory is off; a string: why retrieval refused the request)."""
@@ -241,6 +252,7 @@ def _recall(
             types=options.memory_types,
             k=options.retrieval_limit,
             threshold=options.similarity_threshold,
+            project_id=project_id,
         )
     except ChatmemError as exc:  # boundary: bad ids or options; memory is left out (F4)
         logger.warning("Memory: retrieval refused, going on without memory: %s", exc)
@@ -261,9 +273,13 @@ def system_text_name(key: SessionKey) -> str:
     return f"system/{json.dumps([key.user_id, key.session_id])}"
 
 
-def new_turn(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
+def new_turn(
+    messages: Sequence[Mapping[str, Any]], project_id: str | None = None
+) -> list[Message]:
     """The messages a request adds to its session: the user turn after the last assistant
-    message (clients resend the whole history; the session keeps each turn once)."""
+    message (clients resend the whole history; the session keeps each turn once), marked
+    with ``project_id`` when the request names one."""
+    metadata = _project_metadata(project_id)
     start = 0
     for index, message in enumerate(messages):
         if message.get("role") == "assistant":
@@ -273,8 +289,12 @@ def new_turn(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
         if message.get("role") == "user":
             text = text_of(message.get("content"))
             if text.strip():
-                turn.append(Message(role=Role.USER, content=text))
+                turn.append(Message(role=Role.USER, content=text, metadata=metadata))
     return turn
+
+
+def _project_metadata(project_id: str | None) -> MessageMetadata:
+    return MessageMetadata.model_validate({"project_id": project_id} if project_id else {})
 
 
 def text_of(content: Any) -> str:
@@ -300,7 +320,8 @@ def record_turn(
         return
     said = list(turn)
     if answer:
-        said.append(Message(role=Role.ASSISTANT, content=answer))
+        metadata = _project_metadata(prepared.project_id)
+        said.append(Message(role=Role.ASSISTANT, content=answer, metadata=metadata))
     if not said:
         return
     try:
@@ -373,10 +394,13 @@ async def chat_completions(
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
     url = upstream_url(runtime, "/chat/completions")
     user_id, session_id = memory_user(body.memory_context, body.user, request)
-    prepared = await prepare(runtime, tenant_id, user_id, session_id, messages, body.memory_config)
+    project_id = body.memory_context.project_id if body.memory_context else None
+    prepared = await prepare(
+        runtime, tenant_id, user_id, session_id, messages, body.memory_config, project_id
+    )
     payload = body.model_dump(exclude_unset=True, exclude={"memory_context", "memory_config"})
     payload["messages"] = prepared.messages
-    turn = new_turn(messages) if prepared.store else []
+    turn = new_turn(messages, project_id) if prepared.store else []
     client: httpx.AsyncClient = request.app.state.upstream
     headers = upstream_headers(runtime, request)
     if body.stream:

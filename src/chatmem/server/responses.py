@@ -434,10 +434,17 @@ async def _exchange(
     user_id, session_id = memory_identity(body, request, previous, response_id)
     history = (previous.messages if previous else []) + new
     instructions = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    project_id = body.memory_context.project_id if body.memory_context else None
     prepared = await prepare(
-        runtime, tenant_id, user_id, session_id, instructions + history, body.memory_config
+        runtime,
+        tenant_id,
+        user_id,
+        session_id,
+        instructions + history,
+        body.memory_config,
+        project_id,
     )
-    turn = new_turn(new) if prepared.store else []
+    turn = new_turn(new, project_id) if prepared.store else []
     return _Exchange(body, response_id, tenant_id, user_id, session_id, history, prepared, turn)
 
 
