@@ -19,6 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 
@@ -28,6 +29,25 @@ from chatmem.errors import LLMUnavailableError
 from chatmem.records import Vector
 
 #: Writes a reply from a chat request's JSON body (``model``, ``messages``, …).
+
+
+@dataclass(frozen=True)
+class ToolCalls:
+    """A scripted assistant turn that calls tools instead of answering: ``calls`` are
+    (function name, arguments as JSON text) pairs. The calls' ids are ``call_0``,
+    ``call_1`` … in order."""
+
+    calls: tuple[tuple[str, str], ...]
+
+    def as_openai(self) -> list[dict[str, Any]]:
+        return [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(self.calls)
+        ]
+
+
+#: A scripted chat reply of ``ScriptedOpenAIServer``: a text, or tool calls.
+Reply = str | ToolCalls
 Responder = Callable[[dict[str, Any]], str]
 
 _CHAT_PATH = "/v1/chat/completions"
@@ -81,7 +101,7 @@ class ScriptedOpenAIServer:
         self.request_headers: list[dict[str, str]] = []
         self._failures: deque[_Reply] = deque()
         self._delays: deque[float] = deque()
-        self._replies: deque[str] = deque()
+        self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
         # Set on exit, so a delayed answer stops waiting instead of outliving the server.
         self._closing = threading.Event()
@@ -110,8 +130,8 @@ class ScriptedOpenAIServer:
         with self._lock:
             self._delays.append(seconds)
 
-    def script_chat(self, *texts: str) -> None:
-        """Queue chat replies; each chat request takes the next one."""
+    def script_chat(self, *texts: Reply) -> None:
+        """Queue chat replies (texts, or ``ToolCalls``); each chat request takes the next."""
         with self._lock:
             self._replies.extend(texts)
 
@@ -178,11 +198,15 @@ class ScriptedOpenAIServer:
         if text is None:
             return _Reply(500, _error("no scripted chat reply left and no responder", None))
         model = str(body.get("model") or self.model)
+        if isinstance(text, ToolCalls):
+            if body.get("stream"):
+                return _Reply(200, events=list(_tool_call_chunks(text, model)))
+            return _Reply(200, _tool_call_completion(text, model))
         if body.get("stream"):
             return _Reply(200, events=list(_stream_chunks(text, model)))
         return _Reply(200, _completion(text, model, messages))
 
-    def _next_reply(self, body: dict[str, Any]) -> str | None:
+    def _next_reply(self, body: dict[str, Any]) -> Reply | None:
         with self._lock:
             if self._replies:
                 return self._replies.popleft()
@@ -327,6 +351,39 @@ def _stream_chunks(text: str, model: str) -> Iterator[dict[str, Any]]:
     yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
 
 
+def _tool_call_completion(reply: ToolCalls, model: str) -> dict[str, Any]:
+    message = {"role": "assistant", "content": None, "tool_calls": reply.as_openai()}
+    return {
+        "id": f"chatcmpl-{_short_hash(repr(reply.calls))}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+    }
+
+
+def _tool_call_chunks(reply: ToolCalls, model: str) -> Iterator[dict[str, Any]]:
+    """Tool calls streamed as OpenAI does: each call's id and name first, then its arguments
+    in two pieces, then ``finish_reason: tool_calls``."""
+    base = {
+        "id": f"chatcmpl-{_short_hash(repr(reply.calls))}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": None}]
+    for index, call in enumerate(reply.as_openai()):
+        head = {**call, "function": {"name": call["function"]["name"], "arguments": ""}}
+        deltas.append({"tool_calls": [{"index": index, **head}]})
+        arguments = call["function"]["arguments"]
+        half = len(arguments) // 2
+        for piece in (arguments[:half], arguments[half:]):
+            deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    for delta in deltas:
+        yield {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+
+
 def _pieces(text: str) -> list[str]:
     """``text`` cut after each space, so the pieces join back to it exactly."""
     pieces = [word + " " for word in text.split(" ")]
@@ -346,4 +403,12 @@ def _error(message: str, param: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "param": param}}
 
 
-__all__ = ["ChatCall", "Responder", "ScriptedChatModel", "ScriptedOpenAIServer", "hashed_vector"]
+__all__ = [
+    "ChatCall",
+    "Reply",
+    "Responder",
+    "ScriptedChatModel",
+    "ScriptedOpenAIServer",
+    "ToolCalls",
+    "hashed_vector",
+]

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from chatmem import LocalEmbedder
 from chatmem.messages import SessionKey
 from chatmem.records import Filter
-from chatmem.testing import ScriptedOpenAIServer
+from chatmem.testing import ScriptedOpenAIServer, ToolCalls
 from tests.server.conftest import ServiceFactory, drain, runtime_of, settle, wait_for
 
 
@@ -434,3 +434,55 @@ def test_memory_context_project_id_keeps_facts_and_recall_in_the_project(
     assert "$300" in _injected(upstream) and "$4,000" in _injected(upstream)
     history = runtime_of(service).short_term.history(SessionKey("default", "pam", "s-trip"))
     assert {m.metadata.model_extra.get("project_id") for m in history} == {"trip"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_calls_and_their_results_are_kept_in_the_session(
+    service: TestClient, upstream: ScriptedOpenAIServer, stream: bool
+) -> None:
+    """The assistant's tool calls (streamed in pieces or not) and the client's tool results
+    are stored in order with the final answer; the upstream sees the requests unchanged."""
+    arguments = '{"city": "Porto", "unit": "celsius"}'
+    upstream.script_chat(ToolCalls((("get_weather", arguments),)), "It is 21 degrees in Porto.")
+    chat = sdk(service)
+    context = {"memory_context": {"user_id": "tess", "session_id": f"tools-{stream}"}}
+    question = {"role": "user", "content": "What's the weather in Porto?"}
+
+    def create(messages: list[dict[str, Any]]) -> tuple[str | None, list[Any]]:
+        if not stream:
+            made = chat.chat.completions.create(model="m", messages=messages, extra_body=context)
+            message = made.choices[0].message
+            return message.content, [c.model_dump() for c in message.tool_calls or []]
+        text, calls = "", []
+        for chunk in chat.chat.completions.create(
+            model="m", messages=messages, extra_body=context, stream=True
+        ):
+            delta = chunk.choices[0].delta if chunk.choices else None
+            text += (delta.content or "") if delta else ""
+            calls += [c.model_dump() for c in (delta.tool_calls or [])] if delta else []
+        return text or None, calls
+
+    _, calls = create([question])
+    assert calls and calls[0]["id"] == "call_0"
+    call = {"id": "call_0", "type": "function",
+            "function": {"name": "get_weather", "arguments": arguments}}  # fmt: skip
+    answer, _ = create(
+        [
+            question,
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "21 C, sunny"},
+        ]
+    )
+    assert answer == "It is 21 degrees in Porto."
+    assert upstream.chat_requests[-1]["messages"][-1]["role"] == "tool"
+    settle()
+    key = SessionKey("default", "tess", f"tools-{stream}")
+    history = runtime_of(service).short_term.history(key)
+    assert [m.role.value for m in history] == ["user", "assistant", "tool", "assistant"]
+    kept = history[1].tool_calls
+    assert kept is not None and len(kept) == 1
+    assert (kept[0].id, kept[0].function.name, kept[0].function.arguments) == (
+        "call_0", "get_weather", arguments,
+    )  # fmt: skip
+    assert (history[2].tool_call_id, history[2].content) == ("call_0", "21 C, sunny")
+    assert history[3].content == "It is 21 degrees in Porto."

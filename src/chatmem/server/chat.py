@@ -29,6 +29,7 @@ import httpx
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import ValidationError as PydanticError
 
 from chatmem.errors import ChatmemError
 from chatmem.messages import Message, MessageMetadata, Role, SessionKey
@@ -273,12 +274,11 @@ def system_text_name(key: SessionKey) -> str:
     return f"system/{json.dumps([key.user_id, key.session_id])}"
 
 
-def new_turn(
-    messages: Sequence[Mapping[str, Any]], project_id: str | None = None
-) -> list[Message]:
-    """The messages a request adds to its session: the user turn after the last assistant
-    message (clients resend the whole history; the session keeps each turn once), marked
-    with ``project_id`` when the request names one."""
+def new_turn(messages: Sequence[Mapping[str, Any]], project_id: str | None = None) -> list[Message]:
+    """The messages a request adds to its session: the user turn (and the results of tools
+    the assistant called) after the last assistant message (clients resend the whole
+    history; the session keeps each turn once), marked with ``project_id`` when the request
+    names one."""
     metadata = _project_metadata(project_id)
     start = 0
     for index, message in enumerate(messages):
@@ -286,10 +286,23 @@ def new_turn(
             start = index + 1
     turn = []
     for message in messages[start:]:
-        if message.get("role") == "user":
-            text = text_of(message.get("content"))
-            if text.strip():
-                turn.append(Message(role=Role.USER, content=text, metadata=metadata))
+        role = message.get("role")
+        text = text_of(message.get("content"))
+        if role == "user" and text.strip():
+            turn.append(Message(role=Role.USER, content=text, metadata=metadata))
+        elif role == "tool" and isinstance(message.get("tool_call_id"), str):
+            try:
+                turn.append(
+                    Message(
+                        role=Role.TOOL,
+                        content=text,
+                        tool_call_id=message["tool_call_id"],
+                        name=message.get("name") if isinstance(message.get("name"), str) else None,
+                        metadata=metadata,
+                    )
+                )
+            except PydanticError as exc:  # boundary: the upstream judges it; not kept here
+                logger.info("Memory: a tool result is not kept in the session: %s", exc)
     return turn
 
 
@@ -312,15 +325,33 @@ def text_of(content: Any) -> str:
 
 
 def record_turn(
-    runtime: Runtime, prepared: Prepared, turn: list[Message], answer: str | None
+    runtime: Runtime,
+    prepared: Prepared,
+    turn: list[Message],
+    answer: str | None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> None:
-    """Append the turn and the answer to the session and queue extraction (runs after the
-    response is sent; failures are logged, never raised)."""
+    """Append the turn and the answer (its text, or the tools it calls) to the session and
+    queue extraction (runs after the response is sent; failures are logged, never raised)."""
     if not prepared.store or prepared.key is None:
         return
     said = list(turn)
-    if answer:
-        metadata = _project_metadata(prepared.project_id)
+    metadata = _project_metadata(prepared.project_id)
+    if tool_calls:
+        try:
+            said.append(
+                Message.model_validate(
+                    {
+                        "role": "assistant",
+                        "content": answer or "",
+                        "tool_calls": tool_calls,
+                        "metadata": metadata,
+                    }
+                )
+            )
+        except PydanticError as exc:  # boundary: a malformed call is passed on, not kept
+            logger.info("Memory: the answer's tool calls are not kept: %s", exc)
+    elif answer:
         said.append(Message(role=Role.ASSISTANT, content=answer, metadata=metadata))
     if not said:
         return
@@ -416,7 +447,7 @@ async def chat_completions(
     except ValueError:
         return passthrough(answer, prepared.headers())
     # Not a BackgroundTask: uvicorn holds the connection's next request until those end.
-    store_turn(runtime, prepared, turn, _answer_text(data))
+    store_turn(runtime, prepared, turn, _answer_text(data), _answer_tool_calls(data))
     return JSONResponse(data, headers=prepared.headers())
 
 
@@ -441,17 +472,19 @@ async def _stream(
 
     async def relay() -> AsyncIterator[bytes]:
         pieces: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
         stored = False
 
         def store() -> None:
             nonlocal stored
-            if not stored and pieces:
+            if not stored and (pieces or calls):
                 stored = True
-                store_turn(runtime, prepared, turn, "".join(pieces))
+                made = [calls[i] for i in sorted(calls)] or None
+                store_turn(runtime, prepared, turn, "".join(pieces), made)
 
         try:
             async for line in upstream.aiter_lines():
-                if _collect(line, pieces):
+                if _collect(line, pieces, calls):
                     store()  # before [DONE] reaches a client that may hang up on it
                 yield (line + "\n").encode()
         except httpx.HTTPError as exc:
@@ -477,7 +510,11 @@ _storing: dict[SessionKey, asyncio.Task[None]] = {}
 
 
 def store_turn(
-    runtime: Runtime, prepared: Prepared, turn: list[Message], answer: str | None
+    runtime: Runtime,
+    prepared: Prepared,
+    turn: list[Message],
+    answer: str | None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> None:
     """Store a request's turn and answer (``record_turn``) off the request, after the turns
     of its session answered before it."""
@@ -489,7 +526,7 @@ def store_turn(
     async def run() -> None:
         if previous is not None:
             await asyncio.wait([previous])
-        await asyncio.to_thread(record_turn, runtime, prepared, turn, answer)
+        await asyncio.to_thread(record_turn, runtime, prepared, turn, answer, tool_calls)
 
     task = asyncio.get_running_loop().create_task(run())
     _storing[key] = task
@@ -503,8 +540,9 @@ def store_turn(
     task.add_done_callback(ended)
 
 
-def _collect(line: str, pieces: list[str]) -> bool:
-    """Gather a streamed answer's text; True at ``[DONE]``."""
+def _collect(line: str, pieces: list[str], calls: dict[int, dict[str, Any]] | None = None) -> bool:
+    """Gather a streamed answer's text (and, given ``calls``, its tool calls by index, their
+    arguments joined from the pieces); True at ``[DONE]``."""
     if not line.startswith("data:"):
         return False
     data = line[5:].strip()
@@ -519,7 +557,36 @@ def _collect(line: str, pieces: list[str]) -> bool:
             delta = choice.get("delta") or {}
             if isinstance(delta, Mapping) and isinstance(delta.get("content"), str):
                 pieces.append(delta["content"])
+            if calls is not None and isinstance(delta, Mapping):
+                _collect_calls(delta.get("tool_calls"), calls)
     return False
+
+
+def _collect_calls(deltas: Any, calls: dict[int, dict[str, Any]]) -> None:
+    for piece in deltas if isinstance(deltas, list) else []:
+        if not isinstance(piece, Mapping) or not isinstance(piece.get("index"), int):
+            continue
+        call = calls.setdefault(
+            piece["index"],
+            {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        for field_name in ("id", "type"):
+            if isinstance(piece.get(field_name), str):
+                call[field_name] = piece[field_name]
+        function = piece.get("function")
+        if isinstance(function, Mapping):
+            if isinstance(function.get("name"), str):
+                call["function"]["name"] += function["name"]
+            if isinstance(function.get("arguments"), str):
+                call["function"]["arguments"] += function["arguments"]
+
+
+def _answer_tool_calls(data: Any) -> list[dict[str, Any]] | None:
+    try:
+        calls = data["choices"][0]["message"].get("tool_calls")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return calls if isinstance(calls, list) and calls else None
 
 
 def _answer_text(data: Any) -> str | None:
