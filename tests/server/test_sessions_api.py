@@ -4,6 +4,7 @@ real receiver on loopback."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from chatmem.server.webhooks import SIGNATURE_HEADER, verify
 from chatmem.testing import ScriptedOpenAIServer
-from tests.server.conftest import ServiceFactory, runtime_of
+from tests.server.conftest import ServiceFactory, runtime_of, wait_for
 from tests.server.test_admin import assert_error, new_key
 
 SECRET = "s3cret-0123456789"
@@ -305,3 +306,44 @@ def test_session_routes_need_a_user(service: TestClient, path: str) -> None:
     answered = service.post(path, json={"messages": said("x")})
     assert answered.status_code == 400
     assert answered.json()["error"]["param"] == "user_id"
+
+
+def test_a_webhook_not_delivered_before_a_restart_is_delivered_after_it(
+    make_service: ServiceFactory,
+) -> None:
+    """The queue is in the service database: an event whose retry falls after the service
+    stopped is sent by the next start, once, with the same id."""
+    with Receiver(lambda n: 503 if n == 1 else 200).running() as receiver:
+        first = with_webhook(make_service, receiver.url, backoff_s=1.0, max_attempts=3)
+        webhooks = runtime_of(first).webhooks
+        assert webhooks is not None and webhooks.durable
+        append(first, "s1", said("Hello."))
+        first.post("/v1/sessions/s1/end", params={"user_id": "alice"})
+        # The first attempt was refused and its retry is due in a second.
+        wait_for(lambda: (webhooks.next_attempt_at() or 0) > time.time())
+        first.__exit__(None, None, None)
+        assert len(receiver.requests) == 1
+
+        second = with_webhook(make_service, receiver.url, backoff_s=1.0, max_attempts=3)
+        again = runtime_of(second).webhooks
+        assert again is not None and again.wait_idle(10)
+    assert len(receiver.requests) == 2
+    ids = {json.loads(body)["id"] for _, body in receiver.requests}
+    assert len(ids) == 1
+    assert again.pending() == 0
+
+
+def test_a_webhook_given_up_on_is_kept_as_failed(make_service: ServiceFactory) -> None:
+    with Receiver(lambda n: 400).running() as receiver:
+        service = with_webhook(make_service, receiver.url, max_attempts=3)
+        append(service, "s1", said("Hello."))
+        service.post("/v1/sessions/s1/end", params={"user_id": "alice"})
+        webhooks = runtime_of(service).webhooks
+        assert webhooks is not None and webhooks.wait_idle(10)
+    assert len(receiver.requests) == 1  # a 400 is final: not retried
+    data_dir = runtime_of(service).config.server.data_dir
+    assert data_dir is not None
+    conn = sqlite3.connect(f"{data_dir}/service.db")
+    rows = conn.execute("SELECT state, attempts, error FROM webhook_deliveries").fetchall()
+    conn.close()
+    assert rows == [("failed", 1, "HTTP 400")]

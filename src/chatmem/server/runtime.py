@@ -114,7 +114,7 @@ class Runtime:
             ),
             metrics=metrics,
             models=models,
-            webhooks=WebhookSender.from_config(config.webhooks.session_end, metrics),
+            webhooks=WebhookSender.from_config(config.webhooks.session_end, metrics, database),
             responses=ResponseStore(database, limit=config.server.max_responses),
             database_error=database_error,
         )

@@ -7,28 +7,36 @@ The body is JSON: ``{"event": "session.ended", "id", "created_at", "tenant_id", 
 configured secret, so a receiver can check both who sent it and that it is fresh
 (:func:`verify` does both). A delivery is retried with exponential backoff on a network
 error, a 429 or a 5xx, up to ``max_attempts``; a 4xx other than 429 is final. Deliveries run
-in one background thread with a bounded queue: a full queue drops the event, logged, and
-never blocks a chat.
+in a background thread and never block a chat.
+
+With the service database, pending deliveries are rows of its ``webhook_deliveries`` table:
+an event survives a restart (the next start delivers it, with its id, so a receiver can
+deduplicate), and the processes of ``chatmem serve --workers N`` share the queue, each row
+leased by one sender at a time. An event given up on stays in the table as ``failed`` with
+its last error. Without a database (the service runs on memory only) the queue is in memory,
+bounded, and a full queue drops the event, logged.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import os
-import queue
+import sqlite3
 import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import httpx
 
+from chatmem.errors import StoreError
 from chatmem.records import new_id
 from chatmem.server.config import WebhookTarget
 from chatmem.server.metrics import Metrics
+from chatmem.stores.sqlite import SQLiteFile
 
 logger = logging.getLogger("chatmem.server.webhooks")
 
@@ -55,88 +63,296 @@ def verify(secret: str, body: bytes, header: str, *, now: float | None = None) -
     return hmac.compare_digest(sign(secret, body, timestamp), header)
 
 
-class WebhookSender:
-    """Delivers events to one target from a background thread."""
+_MIGRATIONS = (
+    """
+    CREATE TABLE webhook_deliveries (
+        id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        body TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_at INTEGER NOT NULL,
+        leased_until INTEGER,
+        state TEXT NOT NULL DEFAULT 'pending',
+        error TEXT
+    );
+    CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_at);
+    """,
+)
+#: How long a claimed delivery stays with its sender beyond the request's own timeout.
+_LEASE_MS = 30_000
 
-    def __init__(self, target: WebhookTarget, secret: str, metrics: Metrics) -> None:
+
+class _Claim(NamedTuple):
+    event_id: str
+    body: bytes
+    attempts: int
+
+
+class _MemoryDeliveries:
+    """Pending deliveries in memory (no service database), at most ``_QUEUE_SIZE``."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[bytes, int, float]] = {}  # id -> body, attempts, next_at
+        self._leased: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, event_id: str, body: bytes, now: float) -> bool:
+        with self._lock:
+            if len(self._rows) >= _QUEUE_SIZE:
+                return False
+            self._rows[event_id] = (body, 0, now)
+            return True
+
+    def claim(self, now: float, lease_s: float) -> _Claim | None:
+        with self._lock:
+            due = [(at, i) for i, (_, _, at) in self._rows.items() if i not in self._leased]
+            due = [(at, i) for at, i in due if at <= now]
+            if not due:
+                return None
+            event_id = min(due)[1]
+            self._leased.add(event_id)
+            body, attempts, _ = self._rows[event_id]
+            return _Claim(event_id, body, attempts)
+
+    def retry(self, claim: _Claim, at: float) -> None:
+        with self._lock:
+            self._rows[claim.event_id] = (claim.body, claim.attempts + 1, at)
+            self._leased.discard(claim.event_id)
+
+    def end(self, claim: _Claim, error: str | None) -> None:
+        with self._lock:
+            self._rows.pop(claim.event_id, None)
+            self._leased.discard(claim.event_id)
+
+    def next_due(self) -> float | None:
+        with self._lock:
+            return min((at for _, _, at in self._rows.values()), default=None)
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
+
+class _SQLiteDeliveries:
+    """Pending deliveries as rows of the service database, leased to one sender at a time."""
+
+    def __init__(self, path: Path, url: str) -> None:
+        self._file = SQLiteFile(path)
+        self._file.migrate(_MIGRATIONS, table="webhook_migrations")
+        self._url = url
+
+    def add(self, event_id: str, body: bytes, now: float) -> bool:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO webhook_deliveries (id, url, body, next_at) VALUES (?, ?, ?, ?)",
+                (event_id, self._url, body.decode(), int(now * 1000)),
+            )
+
+        self._file.write(work)
+        return True
+
+    def claim(self, now: float, lease_s: float) -> _Claim | None:
+        moment = int(now * 1000)
+
+        def work(conn: sqlite3.Connection) -> _Claim | None:
+            row = conn.execute(
+                "SELECT id, body, attempts FROM webhook_deliveries WHERE state = 'pending'"
+                " AND url = ? AND next_at <= ? AND (leased_until IS NULL OR leased_until < ?)"
+                " ORDER BY next_at LIMIT 1",
+                (self._url, moment, moment),
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute(
+                "UPDATE webhook_deliveries SET leased_until = ? WHERE id = ?",
+                (moment + int(lease_s * 1000) + _LEASE_MS, row[0]),
+            )
+            return _Claim(str(row[0]), str(row[1]).encode(), int(row[2]))
+
+        return self._file.write(work)
+
+    def retry(self, claim: _Claim, at: float) -> None:
+        self._file.write(
+            lambda conn: conn.execute(
+                "UPDATE webhook_deliveries SET attempts = ?, next_at = ?, leased_until = NULL"
+                " WHERE id = ?",
+                (claim.attempts + 1, int(at * 1000), claim.event_id),
+            )
+        )
+
+    def end(self, claim: _Claim, error: str | None) -> None:
+        if error is None:
+            self._file.write(
+                lambda conn: conn.execute(
+                    "DELETE FROM webhook_deliveries WHERE id = ?", (claim.event_id,)
+                )
+            )
+            return
+        self._file.write(
+            lambda conn: conn.execute(
+                "UPDATE webhook_deliveries SET state = 'failed', attempts = ?, error = ?,"
+                " leased_until = NULL WHERE id = ?",
+                (claim.attempts + 1, error, claim.event_id),
+            )
+        )
+
+    def next_due(self) -> float | None:
+        with self._file.read() as conn:
+            row = conn.execute(
+                "SELECT MIN(next_at) FROM webhook_deliveries WHERE state = 'pending' AND url = ?",
+                (self._url,),
+            ).fetchone()
+        return None if row[0] is None else row[0] / 1000
+
+    def pending(self) -> int:
+        with self._file.read() as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM webhook_deliveries WHERE state = 'pending' AND url = ?",
+                (self._url,),
+            ).fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class WebhookSender:
+    """Delivers events to one target from a background thread; with ``database``, the
+    queue is durable (see the module docstring)."""
+
+    def __init__(
+        self,
+        target: WebhookTarget,
+        secret: str,
+        metrics: Metrics,
+        database: Path | None = None,
+    ) -> None:
         self.target = target
         self._secret = secret
         self._metrics = metrics
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(_QUEUE_SIZE)
+        self._deliveries: _MemoryDeliveries | _SQLiteDeliveries = _MemoryDeliveries()
+        if database is not None:
+            try:
+                self._deliveries = _SQLiteDeliveries(database, target.url)
+            except StoreError as exc:
+                logger.error("webhook queue kept in memory (%s unavailable): %s", database, exc)
         self._client = httpx.Client(timeout=target.timeout_s)
         self._stopping = threading.Event()
-        self._idle = threading.Event()
-        self._idle.set()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chatmem-webhooks", daemon=True)
         self._thread.start()
 
     @classmethod
-    def from_config(cls, target: WebhookTarget | None, metrics: Metrics) -> WebhookSender | None:
+    def from_config(
+        cls, target: WebhookTarget | None, metrics: Metrics, database: Path | None = None
+    ) -> WebhookSender | None:
         if target is None:
             return None
         secret = target.secret or (os.environ.get(target.secret_env) if target.secret_env else "")
         if not secret:
             logger.warning("webhook %s has no secret: its deliveries are unsigned", target.url)
-        return cls(target, secret or "", metrics)
+        return cls(target, secret or "", metrics, database)
+
+    @property
+    def durable(self) -> bool:
+        return isinstance(self._deliveries, _SQLiteDeliveries)
 
     def send(self, event: dict[str, Any]) -> bool:
-        """Queue an event (never blocks); False when the queue is full and it was dropped."""
+        """Queue an event (never waits on the receiver); False when it was dropped."""
         payload = {"id": "evt_" + new_id(), "created_at": int(time.time()), **event}
+        body = json.dumps(payload, separators=(",", ":")).encode()
         try:
-            self._queue.put_nowait(payload)
-        except queue.Full:
-            logger.error("webhook queue full, event %s dropped", payload["id"])
+            queued = self._deliveries.add(payload["id"], body, time.time())
+        except StoreError as exc:
+            logger.error("webhook event %s not queued: %s", payload["id"], exc)
+            queued = False
+        if not queued:
+            logger.error("webhook queue full or unavailable, event %s dropped", payload["id"])
             self._metrics.webhooks.labels("dropped").inc()
             return False
-        self._idle.clear()
+        self._wake.set()
         return True
+
+    def pending(self) -> int:
+        """Deliveries not yet made nor given up on (of every process, when durable)."""
+        return self._deliveries.pending()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until every queued event was delivered or given up (for tests and shutdown)."""
-        return self._idle.wait(timeout)
+        deadline = time.monotonic() + timeout
+        while self.pending():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     def _run(self) -> None:
-        while True:
-            event = self._queue.get()
-            if event is None:
-                return
-            self._deliver(event)
-            if self._queue.empty():
-                self._idle.set()
-
-    def _deliver(self, event: dict[str, Any]) -> None:
-        body = json.dumps(event, separators=(",", ":")).encode()
-        for attempt in range(1, self.target.max_attempts + 1):
-            headers = {"Content-Type": "application/json", "User-Agent": "chatmem-webhooks"}
-            if self._secret:
-                headers[SIGNATURE_HEADER] = sign(self._secret, body, int(time.time()))
+        while not self._stopping.is_set():
             try:
-                response = self._client.post(self.target.url, content=body, headers=headers)
-                status: int | None = response.status_code
-            except httpx.HTTPError as exc:
-                status = None
-                logger.warning("webhook %s: %s (attempt %d)", event["id"], exc, attempt)
-            if status is not None and status < 300:
-                self._metrics.webhooks.labels("delivered").inc()
-                logger.info("webhook %s delivered (attempt %d)", event["id"], attempt)
-                return
-            if status is not None and 400 <= status < 500 and status != 429:
-                break
-            if attempt < self.target.max_attempts:
-                self._metrics.webhooks.labels("retried").inc()
-                if self._stopping.wait(self.target.backoff_s * 2 ** (attempt - 1)):
-                    break
-        self._metrics.webhooks.labels("failed").inc()
-        logger.error("webhook %s to %s failed, given up", event["id"], self.target.url)
+                claim = self._deliveries.claim(time.time(), self.target.timeout_s)
+                if claim is not None:
+                    self._attempt(claim)
+                    continue
+                due = self._deliveries.next_due()
+            except StoreError as exc:  # boundary: the database is back on a later round
+                logger.warning("webhook queue unreadable: %s", exc)
+                due = None
+            # Other processes may queue too: look again within a second.
+            wait = 1.0 if due is None else min(1.0, max(0.0, due - time.time()))
+            self._wake.wait(wait)
+            self._wake.clear()
+
+    def _attempt(self, claim: _Claim) -> None:
+        attempt = claim.attempts + 1
+        headers = {"Content-Type": "application/json", "User-Agent": "chatmem-webhooks"}
+        if self._secret:
+            headers[SIGNATURE_HEADER] = sign(self._secret, claim.body, int(time.time()))
+        error: str
+        try:
+            response = self._client.post(self.target.url, content=claim.body, headers=headers)
+            status: int | None = response.status_code
+            error = f"HTTP {status}"
+        except httpx.HTTPError as exc:
+            status, error = None, f"{type(exc).__name__}: {exc}"
+            logger.warning("webhook %s: %s (attempt %d)", claim.event_id, exc, attempt)
+        if status is not None and status < 300:
+            self._deliveries.end(claim, None)
+            self._metrics.webhooks.labels("delivered").inc()
+            logger.info("webhook %s delivered (attempt %d)", claim.event_id, attempt)
+            return
+        final = status is not None and 400 <= status < 500 and status != 429
+        if final or attempt >= self.target.max_attempts:
+            self._deliveries.end(claim, error)
+            self._metrics.webhooks.labels("failed").inc()
+            logger.error("webhook %s to %s failed, given up: %s", claim.event_id,
+                         self.target.url, error)  # fmt: skip
+            return
+        self._metrics.webhooks.labels("retried").inc()
+        self._deliveries.retry(claim, time.time() + self.target.backoff_s * 2 ** (attempt - 1))
+
+    def next_attempt_at(self) -> float | None:
+        """When the earliest pending delivery is due (Unix seconds), or None."""
+        return self._deliveries.next_due()
 
     def close(self, timeout: float = 5.0) -> None:
-        """Deliver what is queued (within ``timeout``), then stop."""
-        self._idle.wait(timeout)
+        """Stop after the deliveries due now (within ``timeout``). Durable: retries due
+        later are left to the next start. In memory: those due within ``timeout`` are
+        waited for, and the rest are lost (logged)."""
+        deadline = time.monotonic() + timeout
+        while self.pending() and time.monotonic() < deadline:
+            due = self._deliveries.next_due()
+            wait = 0.0 if self.durable else deadline - time.monotonic()
+            if due is not None and due > time.time() + wait:
+                break
+            time.sleep(0.01)
+        if self.pending() and not self.durable:
+            logger.error("webhooks: %d undelivered events lost at shutdown", self.pending())
         self._stopping.set()
-        with contextlib.suppress(queue.Full):
-            self._queue.put_nowait(None)
+        self._wake.set()
         self._thread.join(timeout)
         self._client.close()
+        if isinstance(self._deliveries, _SQLiteDeliveries):
+            self._deliveries.close()
 
 
 __all__ = ["SIGNATURE_HEADER", "WebhookSender", "sign", "verify"]
