@@ -5,7 +5,7 @@ Three parties, each in a process of its own (``--in-process``: threads of this o
 they share one GIL): the scripted upstream (``chatmem.testing.ScriptedOpenAIServer``, a
 stdlib ``ThreadingHTTPServer`` on loopback answering every chat request with one fixed
 reply), the service (``create_app(runtime=...)`` served by uvicorn in a background thread,
-memory on, the SQLite store and service database in a temp dir, ``auto_store`` on, the real
+memory on, the SQLite store and service database in a temp dir, ``auto_store`` on, the service's own
 ``LocalEmbedder``), and the client (this process, httpx). Before anything is measured the
 benchmark user gets ``--memories`` memories (retrieval.py's synthetic facts: trips and
 budgets, people, purchases, hobbies, plans, work meetings, plus a few that answer the
@@ -108,7 +108,6 @@ def run_service(conn: Connection, upstream_url: str, memories: int, seed: int) -
     """The service over HTTP; answers ``("profile", n)`` and ends at ``("stop",)``."""
     import uvicorn
 
-    from chatmem import LocalEmbedder
     from chatmem.server import Runtime, ServiceConfig, create_app
 
     with tempfile.TemporaryDirectory() as folder:
@@ -120,7 +119,7 @@ def run_service(conn: Connection, upstream_url: str, memories: int, seed: int) -
                 "log_level": "warning",
             }
         )
-        runtime = Runtime.start(config, embedder=LocalEmbedder())
+        runtime = Runtime.start(config)  # the service's own embedder, as configured
         seed_memories(runtime, memories, random.Random(seed))
         server = uvicorn.Server(
             uvicorn.Config(
