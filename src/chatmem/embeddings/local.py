@@ -103,8 +103,9 @@ class LocalEmbedder:
 
     def _options(self, threads: int | None = None) -> ort.SessionOptions:
         options = ort.SessionOptions()
-        if threads or self._threads:
-            options.intra_op_num_threads = threads or self._threads or 0
+        chosen = threads or self._threads
+        if chosen:
+            options.intra_op_num_threads = chosen
         if not self._spin:
             # onnxruntime's idle workers busy-wait by default; on a small machine they then
             # fight the store's own work (numpy, SQLite) for the cores: a 10,000-vector scoring
@@ -143,9 +144,7 @@ class LocalEmbedder:
             model = quantize.fast_model(self._source())
             options = self._options(self._query_threads)
             return ort.InferenceSession(model, sess_options=options, providers=_PROVIDERS)
-        except (EmbeddingError, OSError) as exc:
-            logger.warning("queries use the packaged embedding model: %s", exc)
-        except Exception as exc:  # boundary: onnxruntime raises its own untyped errors
+        except Exception as exc:  # boundary: derivation, the cache file and onnxruntime
             logger.warning("queries use the packaged embedding model: %s", exc)
         return exact
 
