@@ -36,12 +36,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
+import secrets
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -56,6 +58,7 @@ from chatmem.extraction.base import Extractor
 from chatmem.long_term import LongTermMemory
 from chatmem.messages import Message, Role, SessionKey
 from chatmem.records import Vector
+from chatmem.stores.gate import ClosingLock
 from chatmem.stores.sqlite import SQLiteFile
 from chatmem.write_policy import WritePolicy, WriteReport
 
@@ -89,9 +92,10 @@ class RetryPolicy:
     max_attempts: int = 5
     backoff_s: float = 2.0
     max_backoff_s: float = 600.0
-    #: How long a claimed batch is a worker's; past it, another worker may claim it. Longer
-    #: than the slowest extraction (model timeouts and retries included).
-    lease_s: float = 600.0
+    #: How long a claimed batch is a worker's unless renewed; past it, another worker may
+    #: claim it. A running worker renews its leases every third of this, so a slow model
+    #: keeps its batch, and a dead worker's batches come back within this time.
+    lease_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -169,10 +173,37 @@ def _messages_of(text: str) -> list[Message]:
     return [Message.model_validate(item) for item in json.loads(text)]
 
 
+#: This process, as its leases name it: a pid can be reused (a container's pid 1 is), so a
+#: random token of this run goes with it.
+_PROCESS = f"{os.getpid()}.{secrets.token_hex(4)}"
+
+
 def _new_lease() -> str:
-    return hashlib.blake2b(
-        f"{time.time_ns()}{threading.get_ident()}".encode(), digest_size=8
-    ).hexdigest()
+    """A lease id that names its process: ``pid.token:random``."""
+    return f"{_PROCESS}:{secrets.token_hex(8)}"
+
+
+def lease_is_orphaned(lease: str | None, *, this_process: str | None = None) -> bool:
+    """Whether ``lease`` was taken by a process of this machine that is gone: another run
+    under this pid, or a pid that no longer exists. Leases of other machines (or of an
+    older format) are left to expire."""
+    owner, sep, _ = (lease or "").partition(":")
+    pid_text, dot, token = owner.partition(".")
+    if not (sep and dot and pid_text.isdigit() and token):
+        return False
+    me = this_process or _PROCESS
+    if owner == me:
+        return False
+    pid = int(pid_text)
+    if pid == int(me.partition(".")[0]):
+        return True  # our own pid, another run: that run is over
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError):
+        return False
+    return False
 
 
 # -- the outbox ------------------------------------------------------------------------------
@@ -207,6 +238,16 @@ class Outbox(ABC):
     @abstractmethod
     def complete(self, batch_id: str) -> None:
         """Mark a batch done: it will not run again."""
+
+    @abstractmethod
+    def renew(self, leases: Mapping[str, str]) -> int:
+        """Extend the leases still held (batch id → lease) by ``retry.lease_s`` from now;
+        returns how many were. A lease lost meanwhile is not renewed."""
+
+    @abstractmethod
+    def reclaim_orphaned(self) -> int:
+        """Expire at once the leases whose process is gone (``lease_is_orphaned``), so
+        their users' extraction goes on now instead of after the lease; returns how many."""
 
     @abstractmethod
     def fail(self, batch_id: str, error: str, *, lease: str | None = None) -> BatchState:
@@ -255,7 +296,11 @@ class InMemoryOutbox(Outbox):
         self.retry = retry or RetryPolicy()
         self._clock = clock
         self._slots: dict[str, _Slot] = {}  # insertion order is enqueue order
-        self._lock = threading.Lock()
+        self._lock = ClosingLock("in-memory outbox")
+
+    def close(self) -> None:
+        """Later calls raise StoreError, as on every backend."""
+        self._lock.close()
 
     def _now(self) -> int:
         return int(self._clock() * 1000)
@@ -294,6 +339,27 @@ class InMemoryOutbox(Outbox):
         slot.lease_until = now + int(self.retry.lease_s * 1000)
         slot.updated_at = now
         return slot.batch
+
+    def renew(self, leases: Mapping[str, str]) -> int:
+        until = self._now() + int(self.retry.lease_s * 1000)
+        renewed = 0
+        with self._lock:
+            for batch_id, lease in leases.items():
+                slot = self._slots.get(batch_id)
+                if slot is not None and slot.batch.lease == lease:
+                    slot.lease_until = until
+                    renewed += 1
+        return renewed
+
+    def reclaim_orphaned(self) -> int:
+        with self._lock:
+            orphans = [
+                s for s in self._slots.values()
+                if s.batch.state is BatchState.LEASED and lease_is_orphaned(s.batch.lease)
+            ]  # fmt: skip
+            for slot in orphans:
+                slot.lease_until = 0
+        return len(orphans)
 
     def complete(self, batch_id: str) -> None:
         with self._lock:
@@ -501,6 +567,45 @@ class SQLiteOutbox(Outbox):
             )
 
         self._file.write(work)
+
+    def renew(self, leases: Mapping[str, str]) -> int:
+        if not leases:
+            return 0
+        until = self._now() + int(self.retry.lease_s * 1000)
+
+        def work(conn: sqlite3.Connection) -> int:
+            renewed = 0
+            for batch_id, lease in leases.items():
+                cursor = conn.execute(
+                    "UPDATE extraction_batches SET lease_until = ?"
+                    " WHERE batch_id = ? AND state = 'leased' AND lease = ?",
+                    (until, batch_id, lease),
+                )
+                renewed += cursor.rowcount
+            return renewed
+
+        return self._file.write(work)
+
+    def reclaim_orphaned(self) -> int:
+        with self._file.read() as conn:
+            rows = conn.execute(
+                "SELECT batch_id, lease FROM extraction_batches WHERE state = 'leased'"
+            ).fetchall()
+        orphans = [(batch_id, lease) for batch_id, lease in rows if lease_is_orphaned(lease)]
+
+        def work(conn: sqlite3.Connection) -> int:
+            for batch_id, lease in orphans:
+                conn.execute(
+                    "UPDATE extraction_batches SET lease_until = 0"
+                    " WHERE batch_id = ? AND state = 'leased' AND lease = ?",
+                    (batch_id, lease),
+                )
+            return len(orphans)
+
+        reclaimed = self._file.write(work) if orphans else 0
+        if reclaimed:
+            logger.info("reclaimed %d batches leased by workers that are gone", reclaimed)
+        return reclaimed
 
     def fail(self, batch_id: str, error: str, *, lease: str | None = None) -> BatchState:
         now = self._now()
@@ -831,17 +936,32 @@ class Worker:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._renewer: threading.Thread | None = None
+        #: The leases this worker holds now (batch id → lease), renewed while it works.
+        self._held: dict[str, str] = {}
+        self._held_lock = threading.Lock()
 
     def run_once(self) -> int:
         """Claim and process one round of batches; returns how many were claimed."""
         claimed = self.outbox.claim(self.batch_size)
+        with self._held_lock:
+            self._held.update({b.batch_id: b.lease for b in claimed if b.lease})
         for batch in claimed:
             try:
                 self.process(batch)
             except Exception as exc:  # boundary: a bug in an extractor must not stop the worker
                 logger.exception("batch %s failed unexpectedly", batch.batch_id)
                 self._fail(batch, f"unexpected {type(exc).__name__}: {exc}")
+            finally:
+                with self._held_lock:
+                    self._held.pop(batch.batch_id, None)
         return len(claimed)
+
+    def renew_leases(self) -> int:
+        """Extend the leases of the batches this worker holds now; returns how many."""
+        with self._held_lock:
+            held = dict(self._held)
+        return self.outbox.renew(held) if held else 0
 
     def process(self, batch: Batch) -> bool:
         """Extract and store one claimed batch; True when it is done."""
@@ -906,8 +1026,16 @@ class Worker:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stopping.clear()
+        try:
+            self.outbox.reclaim_orphaned()
+        except ChatmemError as exc:  # boundary: their leases still expire on their own
+            logger.warning("reclaiming the leases of dead workers failed: %s", exc)
         self._thread = threading.Thread(target=self._loop, name="chatmem-worker", daemon=True)
         self._thread.start()
+        self._renewer = threading.Thread(
+            target=self._renew_loop, name="chatmem-worker-leases", daemon=True
+        )
+        self._renewer.start()
 
     def notify(self) -> None:
         """Wake the background thread now (something was enqueued)."""
@@ -920,6 +1048,17 @@ class Worker:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        if self._renewer is not None:
+            self._renewer.join(timeout)
+            self._renewer = None
+
+    def _renew_loop(self) -> None:
+        period = self.outbox.retry.lease_s / 3
+        while not self._stopping.wait(period):
+            try:
+                self.renew_leases()
+            except ChatmemError as exc:  # boundary: a lease lost is taken up by another worker
+                logger.warning("renewing extraction leases failed: %s", exc)
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -960,5 +1099,6 @@ __all__ = [
     "claimable",
     "cosine_distance",
     "is_explicit",
+    "lease_is_orphaned",
     "trigger_reason",
 ]

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from chatmem import LocalEmbedder
-from chatmem.server import Runtime, ServiceConfig, chat, create_app
+from chatmem.server import Runtime, ServiceConfig, create_app
 from chatmem.testing import ScriptedOpenAIServer
 
 ADMIN_KEY = "admin-key-0123456789abcdef"
@@ -56,14 +56,21 @@ def make_service(
             else:
                 data[section] = values
         config = ServiceConfig.parse(data)
-        client = TestClient(create_app(runtime=Runtime.start(config, embedder=embedder)))
+        runtime = Runtime.start(config, embedder=embedder)
+        client = TestClient(create_app(runtime=runtime))
         client.__enter__()
         opened.append(client)
+        _RUNNING.append(runtime)
         return client
 
     yield make
     for client in opened:
         client.__exit__(None, None, None)
+    _RUNNING.clear()
+
+
+#: The runtimes of the services the current test started, for ``settle``.
+_RUNNING: list[Runtime] = []
 
 
 @pytest.fixture
@@ -79,7 +86,7 @@ def runtime_of(client: TestClient) -> Runtime:
 
 def settle(timeout_s: float = 10.0) -> None:
     """Wait until the turns of answered requests are stored (that runs after the answer)."""
-    wait_for(lambda: not chat._background, timeout_s)
+    wait_for(lambda: not any(len(r.after_answer) for r in _RUNNING), timeout_s)
 
 
 def drain(client: TestClient, timeout_s: float = 30.0) -> None:

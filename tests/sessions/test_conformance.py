@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
+from pathlib import Path
 
 import pytest
 
-from chatmem.errors import ConflictError, ValidationError
+from chatmem.errors import ConflictError, StoreError, ValidationError
 from chatmem.messages import Message, SessionKey, now_ms
 from chatmem.sessions import SessionState, SessionStore
 from tests.sessions.helpers import (
     append_under_contention,
     check_contended_log,
+    drop_redis_prefix,
     message,
+    open_backend,
     random_key,
 )
 
@@ -393,3 +397,45 @@ def test_threads_appending_to_one_session_never_break_turn_order(
         thread.join()
     assert errors == []
     check_contended_log(store, key, writers, 20)
+
+
+# -- closing (issue 20) ------------------------------------------------------------------------
+
+
+def test_a_closed_session_store_refuses_every_call_with_store_error(
+    backend: str, tmp_path: Path
+) -> None:
+    prefix = f"chatmem-test-{uuid.uuid4().hex[:12]}"
+    opened = open_backend(backend, tmp_path, prefix)
+    key = random_key()
+    try:
+        opened.append(key, [message("before close", 1)])
+        opened.close()
+        calls = {
+            "append": lambda: opened.append(key, [message("after close", 2)]),
+            "read": lambda: opened.read(key),
+            "length": lambda: opened.length(key),
+            "state": lambda: opened.state(key),
+            "sessions": lambda: opened.sessions(key.tenant_id, key.user_id),
+            "idle": lambda: opened.idle(now_ms()),
+            "delete": lambda: opened.delete(key),
+        }
+        for call in calls.values():
+            with pytest.raises(StoreError):
+                call()
+        opened.close()  # closing twice is harmless
+    finally:
+        if backend == "redis":
+            drop_redis_prefix(prefix)
+
+
+def test_the_extraction_mark_moves_forward_only(store: SessionStore, key: SessionKey) -> None:
+    store.append(key, [message("one", 1), message("two", 2), message("three", 3)])
+    assert store.state(key).extracted_upto == 0
+    store.mark_extracted(key, 2)
+    store.mark_extracted(key, 1)  # never back
+    assert store.state(key).extracted_upto == 2
+    assert key in store.unextracted()
+    store.mark_extracted(key, 3)
+    assert store.state(key).extracted_upto == 3
+    assert key not in store.unextracted()

@@ -17,6 +17,7 @@ from chatmem.errors import (
     DimensionError,
     EmbedderMismatchError,
     NotFoundError,
+    StoreError,
     ValidationError,
 )
 from chatmem.records import (
@@ -510,3 +511,32 @@ def test_sub_millisecond_bounds_agree_with_the_reference(store: MemoryStore, ten
             scope = Filter(tenant_id=tenant, user_id="u", **{field: bound})
             expected = [made.id] if scope.matches(made) else []
             assert ids(store.list(scope).records) == expected, (field, bound)
+
+
+# -- closing (issue 20: a closed store never crashes) -----------------------------------------
+
+
+def test_a_closed_store_refuses_every_call_with_store_error(
+    make_store: StoreFactory, tmp_path: Path
+) -> None:
+    opened = make_store(tmp_path)
+    opened.bind_embedding(EMBEDDING)
+    (kept,) = put(opened, (record("t", "u", "kept before close"), unit(1)))
+    scope = Filter(tenant_id="t", user_id="u")
+    opened.close()
+    calls = {
+        "get": lambda: opened.get([kept.id], scope),
+        "search": lambda: opened.search(SearchQuery(filter=scope, vector=unit(1), text="kept")),
+        "put": lambda: opened.put([Entry(record("t", "u", "after close"), unit(2))]),
+        "list": lambda: opened.list(scope),
+        "count": lambda: opened.count(scope),
+        "history": lambda: opened.history(kept.id, scope),
+        "delete": lambda: opened.delete(scope),
+    }
+    refused = []
+    for name, call in calls.items():
+        with pytest.raises(StoreError):
+            call()
+        refused.append(name)
+    assert refused == list(calls)
+    opened.close()  # closing twice is harmless

@@ -306,7 +306,11 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
             try:
                 yield
             finally:
-                started.close()
+                # Drain, then close: no store may go while an answered turn is being stored.
+                try:
+                    await started.after_answer.drain(started.config.server.shutdown_grace_s)
+                finally:
+                    started.close()
 
     app = FastAPI(
         title="chatmem",

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -324,17 +324,13 @@ def text_of(content: Any) -> str:
     return ""
 
 
-def record_turn(
-    runtime: Runtime,
+def turn_messages(
     prepared: Prepared,
     turn: list[Message],
     answer: str | None,
     tool_calls: list[dict[str, Any]] | None = None,
-) -> None:
-    """Append the turn and the answer (its text, or the tools it calls) to the session and
-    queue extraction (runs after the response is sent; failures are logged, never raised)."""
-    if not prepared.store or prepared.key is None:
-        return
+) -> list[Message]:
+    """The request's new messages and the answer (its text, or the tools it calls)."""
     said = list(turn)
     metadata = _project_metadata(prepared.project_id)
     if tool_calls:
@@ -353,16 +349,51 @@ def record_turn(
             logger.info("Memory: the answer's tool calls are not kept: %s", exc)
     elif answer:
         said.append(Message(role=Role.ASSISTANT, content=answer, metadata=metadata))
+    return said
+
+
+def _guarded(what: str, key: SessionKey, work: Callable[[], object]) -> Callable[[], None]:
+    """``work``, with its failures logged and never raised: the answer is already on its
+    way (F4), and a bug here must not kill the service's background tasks."""
+
+    def run() -> None:
+        try:
+            work()
+        except ChatmemError as exc:  # boundary: see above
+            logger.warning("Memory: %s of %s failed: %s", what, key.session_id, exc)
+        except Exception:  # boundary: see above
+            logger.exception("Memory: %s failed unexpectedly", what)
+
+    return run
+
+
+async def store_turn(
+    runtime: Runtime,
+    prepared: Prepared,
+    turn: list[Message],
+    answer: str | None,
+    tool_calls: list[dict[str, Any]] | None = None,
+) -> None:
+    """Append the turn and its answer to the session, after the turns of the session
+    answered before it, and return once they are in the log (durable: a crash after this
+    loses nothing, ``Runtime.recover`` queues it). Queueing extraction goes on after, off
+    the request; a stop waits for both (``AfterAnswer.drain``)."""
+    key = prepared.key
+    if not prepared.store or key is None:
+        return
+    said = turn_messages(prepared, turn, answer, tool_calls)
     if not said:
         return
-    try:
-        runtime.short_term.append(prepared.key, said)
-        if prepared.extract:
-            runtime.observe(prepared.key, said)
-    except ChatmemError as exc:  # boundary: the answer is already sent (F4)
-        logger.warning("Memory: storing the turn of %s failed: %s", prepared.key.session_id, exc)
-    except Exception:  # boundary: a bug here must not kill the server's background tasks
-        logger.exception("Memory: storing the turn failed unexpectedly")
+    appended = runtime.after_answer.run(
+        key,
+        _guarded("storing the turn", key, lambda: runtime.short_term.append(key, said)),
+        _guarded(
+            "queueing extraction",
+            key,
+            lambda: runtime.observe(key, said, extract=prepared.extract),
+        ),
+    )
+    await asyncio.shield(appended)
 
 
 def upstream_headers(runtime: Runtime, request: Request) -> dict[str, str]:
@@ -447,7 +478,7 @@ async def chat_completions(
     except ValueError:
         return passthrough(answer, prepared.headers())
     # Not a BackgroundTask: uvicorn holds the connection's next request until those end.
-    store_turn(runtime, prepared, turn, _answer_text(data), _answer_tool_calls(data))
+    await store_turn(runtime, prepared, turn, _answer_text(data), _answer_tool_calls(data))
     return JSONResponse(data, headers=prepared.headers())
 
 
@@ -475,17 +506,17 @@ async def _stream(
         calls: dict[int, dict[str, Any]] = {}
         stored = False
 
-        def store() -> None:
+        async def store() -> None:
             nonlocal stored
             if not stored and (pieces or calls):
                 stored = True
                 made = [calls[i] for i in sorted(calls)] or None
-                store_turn(runtime, prepared, turn, "".join(pieces), made)
+                await store_turn(runtime, prepared, turn, "".join(pieces), made)
 
         try:
             async for line in upstream.aiter_lines():
                 if _collect(line, pieces, calls):
-                    store()  # before [DONE] reaches a client that may hang up on it
+                    await store()  # before [DONE] reaches a client that may hang up on it
                 yield (line + "\n").encode()
         except httpx.HTTPError as exc:
             logger.warning("upstream stream broke off: %s", exc)
@@ -493,51 +524,11 @@ async def _stream(
             # A stream the upstream ended without [DONE] is kept as far as it went; one the
             # client left is kept only if the upstream had finished it (stored above).
             if not stored and upstream.is_stream_consumed:
-                store()
+                await store()
             await upstream.aclose()
 
     media = upstream.headers.get("content-type", "text/event-stream")
     return StreamingResponse(relay(), media_type=media, headers=prepared.headers())
-
-
-#: Tasks started for after a response, kept so they are not collected while they run.
-_background: set[asyncio.Task[None]] = set()
-
-
-#: Per session, the turn being stored last: the next one waits for it, so a session's turns
-#: are stored in the order they were answered.
-_storing: dict[SessionKey, asyncio.Task[None]] = {}
-
-
-def store_turn(
-    runtime: Runtime,
-    prepared: Prepared,
-    turn: list[Message],
-    answer: str | None,
-    tool_calls: list[dict[str, Any]] | None = None,
-) -> None:
-    """Store a request's turn and answer (``record_turn``) off the request, after the turns
-    of its session answered before it."""
-    key = prepared.key
-    if not prepared.store or key is None:
-        return
-    previous = _storing.get(key)
-
-    async def run() -> None:
-        if previous is not None:
-            await asyncio.wait([previous])
-        await asyncio.to_thread(record_turn, runtime, prepared, turn, answer, tool_calls)
-
-    task = asyncio.get_running_loop().create_task(run())
-    _storing[key] = task
-    _background.add(task)
-
-    def ended(done: asyncio.Task[None]) -> None:
-        _background.discard(done)
-        if _storing.get(key) is done:
-            del _storing[key]
-
-    task.add_done_callback(ended)
 
 
 def _collect(line: str, pieces: list[str], calls: dict[int, dict[str, Any]] | None = None) -> bool:
@@ -609,7 +600,7 @@ __all__ = [
     "memory_user",
     "new_turn",
     "prepare",
-    "record_turn",
+    "turn_messages",
     "router",
     "store_turn",
     "system_text_name",

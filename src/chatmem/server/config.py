@@ -158,6 +158,9 @@ class ServerSection(_Section):
     workers: int = Field(default=1, ge=1, le=64)
     #: Completed responses kept for ``previous_response_id`` chains, per tenant.
     max_responses: int = Field(default=10_000, ge=1)
+    #: At a stop (SIGTERM, Ctrl-C), how long requests in flight and then the turns being
+    #: stored after their answers get before the stores close (seconds).
+    shutdown_grace_s: float = Field(default=10.0, ge=0, le=600)
 
 
 class KeyEntry(_Section):

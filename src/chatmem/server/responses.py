@@ -509,7 +509,7 @@ async def create_response(
         return failed
     made = exchange.respond(answer)
     await _keep(store_of(request), exchange, made, answer.text)
-    store_turn(runtime, exchange.prepared, exchange.turn, answer.text)
+    await store_turn(runtime, exchange.prepared, exchange.turn, answer.text)
     return JSONResponse(made, headers=exchange.prepared.headers())
 
 
@@ -626,7 +626,7 @@ async def _relay(
     answer = streamed.answer()
     made = exchange.respond(answer, events.message_id)
     # Both before the last events: a client may hang up on them, or chain from this one at once.
-    store_turn(runtime, exchange.prepared, exchange.turn, answer.text)
+    await store_turn(runtime, exchange.prepared, exchange.turn, answer.text)
     await _keep(store, exchange, made, answer.text)
     yield events.closing(made)
 

@@ -32,6 +32,7 @@ from chatmem.messages import Message, SessionKey, now_ms
 from chatmem.records import Filter
 from chatmem.retrieval import Retriever, UsageRecorder
 from chatmem.server.auth import KeyStore
+from chatmem.server.background import AfterAnswer
 from chatmem.server.config import ServiceConfig
 from chatmem.server.metrics import Metrics
 from chatmem.server.response_store import ResponseStore
@@ -84,6 +85,11 @@ class Runtime:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
     _sweeper: threading.Thread | None = field(default=None, repr=False)
+    #: The turns being stored after their answers; a stop drains them before closing.
+    after_answer: AfterAnswer = field(default_factory=AfterAnswer, repr=False)
+    _session_locks: tuple[threading.Lock, ...] = field(
+        default_factory=lambda: tuple(threading.Lock() for _ in range(64)), repr=False
+    )
 
     @classmethod
     def start(cls, config: ServiceConfig, *, embedder: Embedder | None = None) -> Runtime:
@@ -162,27 +168,79 @@ class Runtime:
         counts = self.outbox.counts()
         return sum(n for state, n in counts.items() if state.value in {"pending", "leased"})
 
-    def observe(self, key: SessionKey, messages: list[Message], *, ended: bool = False) -> None:
-        """Queue a session's new messages for extraction when a trigger fires. Extraction is
-        best effort: a queue that cannot be written is logged, never raised, since the
-        session itself is already stored."""
+    def observe(
+        self,
+        key: SessionKey,
+        messages: list[Message],
+        *,
+        ended: bool = False,
+        extract: bool = True,
+    ) -> None:
+        """Queue a session's messages for extraction when a trigger fires (SPEC L3, F5).
+
+        The session log, already stored, is what gets queued: everything past the session's
+        ``extracted_upto`` mark, which then moves on. So a turn that waits for a trigger
+        survives a crash (``recover`` queues it at the next start), and ending a session
+        queues whatever is left. ``extract=False``: these messages (the last ones appended)
+        are passed over, and what waited before them is queued now. Extraction is best
+        effort: a queue that cannot be written is logged, never raised, since the session
+        itself is already stored."""
         if not (self.memory_on and self.config.memory.auto_store):
             return
         try:
-            if self.scheduler.observe(key, messages, session_end=ended):
-                taken = self.scheduler.take(key)
-                if taken:
-                    self.outbox.enqueue(key, taken)
-                    if self.worker is not None:
-                        self.worker.notify()
+            if not extract:
+                self.queue_pending(key, skip_last=len(messages))
+                return
+            reason = self.scheduler.check(key, messages, session_end=ended)
+            if reason is not None or (ended and self.scheduler.triggers.session_end):
+                self.scheduler.take(key)
+                self.queue_pending(key)
         except ChatmemError as exc:  # boundary: extraction is best effort (F3, F4)
             logger.warning("Memory: queueing extraction of %s failed: %s", key.session_id, exc)
 
+    def queue_pending(self, key: SessionKey, *, skip_last: int = 0) -> int:
+        """Queue the session's messages past its extraction mark (but the last
+        ``skip_last``) as one batch, and move the mark to the log's end. Returns how many
+        messages were queued. Enqueueing is idempotent, so a crash between the two steps
+        queues the same batch again, which the outbox keeps once."""
+        store = self.short_term.store
+        with self._session_lock(key):
+            upto = store.length(key)
+            mark = store.state(key).extracted_upto
+            end = max(mark, upto - skip_last)
+            pending = store.read(key, mark, end) if end > mark else []
+            if pending:
+                self.outbox.enqueue(key, pending)
+                if self.worker is not None:
+                    self.worker.notify()
+            if upto > mark:
+                store.mark_extracted(key, upto)
+        return len(pending)
+
+    def recover(self, limit: int = 100_000) -> int:
+        """Queue what every live session left unqueued (a crash, or a stop past its grace
+        period): at start, and at a graceful stop. Returns the messages queued."""
+        if not (self.memory_on and self.config.memory.auto_store):
+            return 0
+        queued = 0
+        for key in self.short_term.store.unextracted(limit):
+            try:
+                queued += self.queue_pending(key)
+            except ChatmemError as exc:  # boundary: one session must not stop the rest
+                logger.warning("Memory: queueing %s failed: %s", key.session_id, exc)
+        if queued:
+            logger.info("Memory: queued %d messages left unextracted", queued)
+        return queued
+
+    def _session_lock(self, key: SessionKey) -> threading.Lock:
+        return self._session_locks[hash(key) % len(self._session_locks)]
+
     def end_session(self, key: SessionKey) -> Message | None:
-        """End a session: keep its episodic summary, queue what is left for extraction and
-        send the ``session.ended`` webhook (queued; never waits on the receiver)."""
-        episode = self.short_term.end(key)
+        """End a session: queue what is left for extraction (first, so a crash cannot leave
+        an ended session unqueued), keep its episodic summary and send the
+        ``session.ended`` webhook (queued; never waits on the receiver)."""
         self.observe(key, [], ended=True)
+        episode = self.short_term.end(key)
         if self.webhooks is not None:
             self.webhooks.send(
                 {
@@ -217,6 +275,10 @@ class Runtime:
         period = every_s if every_s is not None else min(60.0, max(1.0, idle_s / 4))
 
         def sweep() -> None:
+            try:
+                self.recover()  # what the last run left unqueued (a crash)
+            except ChatmemError as exc:  # boundary: the store may be down for a while
+                logger.warning("queueing unextracted sessions failed: %s", exc)
             while not self._stopping.wait(period):
                 try:
                     self.end_idle_sessions()
@@ -244,6 +306,9 @@ class Runtime:
         return deleted
 
     def close(self) -> None:
+        """Stop in dependency order: the sweeper; queue what sessions left unextracted
+        (so nothing waits in memory); the webhook sender and the worker after the work
+        they are in; then the stores, each of which waits for the calls inside it."""
         with self._lock:
             if self._closed:
                 return
@@ -251,6 +316,10 @@ class Runtime:
         self._stopping.set()
         if self._sweeper is not None:
             self._sweeper.join(10)
+        try:
+            self.recover()
+        except ChatmemError as exc:  # boundary: the next start queues it instead
+            logger.warning("queueing unextracted sessions at stop failed: %s", exc)
         if self.webhooks is not None:
             self.webhooks.close()
         if self.worker is not None:

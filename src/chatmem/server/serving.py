@@ -111,6 +111,8 @@ def serve(config: ServiceConfig) -> None:
         "log_level": config.log_level,
         "access_log": False,
         "log_config": None,
+        # Requests in flight get the grace period; then the lifespan drains the turn stores.
+        "timeout_graceful_shutdown": max(1, round(server.shutdown_grace_s)),
     }
     if server.workers == 1:
         uvicorn.run(create_app(config), **options)

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from pydantic import Field
 
+from chatmem.errors import ConflictError
 from chatmem.messages import Message, SessionKey
 from chatmem.records import _Model
+
+_MARK_RETRIES = 20
 
 
 class SessionState(_Model):
@@ -31,6 +35,9 @@ class SessionState(_Model):
     working_state_at: int = Field(default=0, ge=0)
     #: Log length up to which messages were handed to long-term memory (flush or end).
     flushed_upto: int = Field(default=0, ge=0)
+    #: Log length up to which messages were queued for extraction (or passed over when a
+    #: turn asked not to be stored). What lies past it is extracted after a crash too.
+    extracted_upto: int = Field(default=0, ge=0)
     #: The episodic summary of the whole session, made when it ended (S5 hand-over).
     episode: Message | None = None
     #: When the session was ended (ms), None while it runs. An append reopens it.
@@ -105,6 +112,30 @@ class SessionStore(ABC):
     @abstractmethod
     def delete_text(self, tenant_id: str, name: str) -> bool:
         """Forget a named text; True when it existed."""
+
+    def unextracted(self, limit: int = 10_000) -> list[SessionKey]:
+        """Live sessions whose log runs past ``extracted_upto`` (the turns a crash left
+        unqueued), at most ``limit``. Backends with an index answer this faster."""
+        now = int(datetime.now(UTC).timestamp() * 1000) + 1
+        return [
+            key
+            for key in self.idle(now, limit)
+            if self.length(key) > self.state(key).extracted_upto
+        ]
+
+    def mark_extracted(self, key: SessionKey, upto: int) -> None:
+        """Move ``extracted_upto`` forward to ``upto`` (never back), retrying when another
+        writer changes the state at the same time."""
+        for _ in range(_MARK_RETRIES):
+            state = self.state(key)
+            if state.extracted_upto >= upto:
+                return
+            try:
+                self.save_state(key, state.model_copy(update={"extracted_upto": upto}))
+                return
+            except ConflictError:
+                continue
+        raise ConflictError(f"session {key.session_id!r}: the extraction mark kept changing")
 
     def close(self) -> None:  # noqa: B027 - stores without resources need nothing here
         """Release connections."""

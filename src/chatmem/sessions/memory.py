@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from chatmem.errors import ConflictError
 from chatmem.messages import Message, SessionKey, check_turn_order, last_turn_id, now_ms
 from chatmem.sessions.base import SessionInfo, SessionState, SessionStore
+from chatmem.stores.gate import ClosingLock
 
 
 @dataclass
@@ -22,9 +22,14 @@ class InMemorySessionStore(SessionStore):
     """A dict of sessions under one lock. Messages are immutable once appended."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = ClosingLock("in-memory session store")
         self._sessions: dict[SessionKey, _Session] = {}
         self._texts: dict[tuple[str, str], str] = {}
+
+    def close(self) -> None:
+        """Later calls raise StoreError, as on every backend; the sessions are dropped."""
+        self._lock.close()
+        self._sessions.clear()
 
     def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
         batch = list(messages)

@@ -32,6 +32,7 @@ import redis
 from chatmem.errors import ConflictError, StoreError, StoreUnavailableError, ValidationError
 from chatmem.messages import Message, SessionKey, check_turn_order, last_turn_id, now_ms
 from chatmem.sessions.base import SessionInfo, SessionState, SessionStore
+from chatmem.stores.gate import Gate
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: Seconds to wait for a TCP connection before calling the server unreachable.
@@ -167,6 +168,14 @@ class RedisSessionStore(SessionStore):
         self._save_state = self._client.register_script(_SAVE_STATE)
         self._delete = self._client.register_script(_DELETE)
         self._delete_user = self._client.register_script(_DELETE_USER)
+        self._gate = Gate(f"Redis session store {url}")
+
+    @contextmanager
+    def _call(self) -> Iterator[None]:
+        """One call to Redis: refused once closed, waited for by ``close``, and with Redis's
+        errors translated."""
+        with self._gate.passage(), _translated():
+            yield
 
     # -- keys ----------------------------------------------------------------------------
 
@@ -209,7 +218,7 @@ class RedisSessionStore(SessionStore):
             "" if newest is None else str(newest),
             *(message.model_dump_json() for message in batch),
         ]
-        with _translated():
+        with self._call():
             ok, value = self._append(keys=self._session_keys(key), args=args)
         if not ok:
             check_turn_order(int(value), batch)  # raises, naming the message at fault
@@ -220,18 +229,18 @@ class RedisSessionStore(SessionStore):
         bounds = _redis_range(start, stop)
         if bounds is None:
             return []
-        with _translated():
+        with self._call():
             bodies = cast(list[str], self._client.lrange(self._session_keys(key)[0], *bounds))
         return [Message.model_validate_json(body) for body in bodies]
 
     def length(self, key: SessionKey) -> int:
-        with _translated():
+        with self._call():
             return int(self._client.llen(self._session_keys(key)[0]))
 
     # -- state ---------------------------------------------------------------------------
 
     def state(self, key: SessionKey) -> SessionState:
-        with _translated():
+        with self._call():
             body, revision, ended_at = cast(
                 list[str | None],
                 self._client.hmget(self._session_keys(key)[1], ["state", "revision", "ended_at"]),
@@ -256,7 +265,7 @@ class RedisSessionStore(SessionStore):
             _part(key.session_id),
             self._idle_member(key),
         ]
-        with _translated():
+        with self._call():
             ok, revision = self._save_state(keys=self._session_keys(key), args=args)
         if not ok:
             raise ConflictError(
@@ -270,7 +279,7 @@ class RedisSessionStore(SessionStore):
     def sessions(self, tenant_id: str, user_id: str) -> list[SessionInfo]:
         index = self._user_index(tenant_id, user_id)
         base = self._user_base(tenant_id, user_id)
-        with _translated():
+        with self._call():
             ids = cast(list[str], self._client.zrange(index, 0, -1))
             pipe = self._client.pipeline(transaction=False)
             for encoded in ids:
@@ -294,7 +303,7 @@ class RedisSessionStore(SessionStore):
     def idle(self, before_ms: int, limit: int = 100) -> list[SessionKey]:
         found: list[SessionKey] = []
         offset = 0
-        with _translated():
+        with self._call():
             while len(found) < limit:
                 members = cast(
                     list[str],
@@ -325,13 +334,13 @@ class RedisSessionStore(SessionStore):
 
     def delete(self, key: SessionKey) -> bool:
         args = [_part(key.session_id), self._idle_member(key)]
-        with _translated():
+        with self._call():
             return bool(self._delete(keys=self._session_keys(key), args=args))
 
     def delete_user(self, tenant_id: str, user_id: str) -> int:
         keys = [self._user_index(tenant_id, user_id), self._idle_index]
         args = [self._user_base(tenant_id, user_id), f"{_part(tenant_id)}:{_part(user_id)}:"]
-        with _translated():
+        with self._call():
             return int(self._delete_user(keys=keys, args=args))
 
     # -- texts ---------------------------------------------------------------------------
@@ -340,21 +349,22 @@ class RedisSessionStore(SessionStore):
         return f"{self.prefix}:text:{_part(tenant_id)}"
 
     def get_text(self, tenant_id: str, name: str) -> str | None:
-        with _translated():
+        with self._call():
             return cast(str | None, self._client.hget(self._texts(tenant_id), name))
 
     def put_text(self, tenant_id: str, name: str, text: str) -> None:
-        with _translated():
+        with self._call():
             self._client.hset(self._texts(tenant_id), name, text)
 
     def delete_text(self, tenant_id: str, name: str) -> bool:
-        with _translated():
+        with self._call():
             return bool(self._client.hdel(self._texts(tenant_id), name))
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection pool."""
+        """Refuse new calls, wait for those running, then close the connection pool."""
+        self._gate.close()
         self._client.close()
 
     def __repr__(self) -> str:

@@ -60,6 +60,12 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tenant_id, name)
     );
     """,
+    # Sessions written before the extraction mark were queued by the scheduler of the
+    # process that served them: count them as queued, so an upgrade extracts nothing twice.
+    """
+    UPDATE session_states
+        SET state = json_set(COALESCE(state, '{}'), '$.extracted_upto', length)
+    """,
 )
 
 _KEY = "tenant_id = ? AND user_id = ? AND session_id = ?"
@@ -190,6 +196,17 @@ class SQLiteSessionStore(SessionStore):
                 " WHERE ended_at IS NULL AND length > 0 AND updated_at < ?"
                 " ORDER BY updated_at, tenant_id, user_id, session_id LIMIT ?",
                 (before_ms, limit),
+            ).fetchall()
+        return [SessionKey(*row) for row in rows]
+
+    def unextracted(self, limit: int = 10_000) -> list[SessionKey]:
+        with self._file.read() as conn:
+            rows = conn.execute(
+                "SELECT tenant_id, user_id, session_id FROM session_states"
+                " WHERE ended_at IS NULL AND length >"
+                " COALESCE(json_extract(state, '$.extracted_upto'), 0)"
+                " ORDER BY updated_at LIMIT ?",
+                (limit,),
             ).fetchall()
         return [SessionKey(*row) for row in rows]
 

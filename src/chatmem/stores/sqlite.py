@@ -51,6 +51,7 @@ from chatmem.records import (
     utcnow,
 )
 from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage
+from chatmem.stores.gate import Gate
 from chatmem.stores.vector_cache import DEFAULT_BUDGET_BYTES, VectorCache
 
 try:  # The stdlib module of many Pythons cannot load extensions; pysqlite3 can.
@@ -245,7 +246,7 @@ class SQLiteFile:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
-        self._closed = False
+        self._gate = Gate(f"SQLite file {self.path}")
         if self.path != ":memory:":
             try:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -254,11 +255,10 @@ class SQLiteFile:
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (autocommit; transactions are explicit)."""
+        self._gate.check()
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None:
             return conn
-        if self._closed:
-            raise StoreError("store is closed")
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -292,15 +292,21 @@ class SQLiteFile:
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        """This thread's connection, with SQLite errors translated to StoreError."""
-        conn = self.connection()
-        try:
-            yield conn
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLite error: {exc}") from exc
+        """This thread's connection, with SQLite errors translated to StoreError. Use it
+        only inside the ``with``: ``close`` waits for the block to end."""
+        with self._gate.passage():
+            conn = self.connection()
+            try:
+                yield conn
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite error: {exc}") from exc
 
     def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` in one IMMEDIATE transaction, retrying while the database is busy."""
+        with self._gate.passage():
+            return self._write(work)
+
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         conn = self.connection()
 
         def attempt() -> T:
@@ -341,13 +347,19 @@ class SQLiteFile:
 
         self.write(apply)
 
+    @property
+    def closed(self) -> bool:
+        return self._gate.closed
+
     def close(self) -> None:
-        """Close every thread's connection; later calls raise StoreError."""
-        self._closed = True
-        with self._connections_lock:
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
+        """Refuse new calls (they raise StoreError), wait for the ones running, then close
+        every thread's connection. A connection still in use past the wait is left open
+        rather than freed under its thread."""
+        if self._gate.close():
+            with self._connections_lock:
+                for conn in self._connections:
+                    conn.close()
+                self._connections.clear()
         self._local = threading.local()
 
 
