@@ -92,9 +92,8 @@ def test_a_gate_waits_for_the_calls_inside_before_it_closes() -> None:
     closer.start()
     closer.join(0.2)
     assert closer.is_alive()  # still waiting for the call inside
-    with pytest.raises(StoreError):  # but no new call gets in
-        with gate.passage():
-            pass
+    with pytest.raises(StoreError), gate.passage():  # but no new call gets in
+        pass
     leave.set()
     worker.join(5)
     closer.join(5)
@@ -122,6 +121,5 @@ def test_a_closing_lock_refuses_entry_once_closed() -> None:
     with lock:
         pass
     lock.close()
-    with pytest.raises(StoreError, match="in-memory thing is closed"):
-        with lock:
-            pass
+    with pytest.raises(StoreError, match="in-memory thing is closed"), lock:
+        pass

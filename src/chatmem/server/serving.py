@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -97,6 +98,10 @@ def app_from_environment() -> FastAPI:
     return create_app(config)
 
 
+def _stopped(signum: int, frame: object) -> None:
+    """The handler uvicorn hands a signal back to once it has stopped: nothing left to do."""
+
+
 def serve(config: ServiceConfig) -> None:
     """Serve in the foreground until interrupted, in ``server.workers`` processes. Each
     worker has its own runtime over the same files: SQLite (WAL) takes writers from many
@@ -115,6 +120,11 @@ def serve(config: ServiceConfig) -> None:
         "timeout_graceful_shutdown": max(1, round(server.shutdown_grace_s)),
     }
     if server.workers == 1:
+        # uvicorn stops gracefully on SIGTERM and SIGINT, then raises the signal again for the
+        # handler it found. A stop it completed is a clean exit (status 0, no traceback), so
+        # the handler it finds does nothing.
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop, _stopped)
         uvicorn.run(create_app(config), **options)
         return
     os.environ[CONFIG_ENV] = config.model_dump_json()
