@@ -27,3 +27,16 @@ def embedder() -> LocalEmbedder:
 def memory(tmp_path: Path, embedder: LocalEmbedder) -> Iterator[LongTermMemory]:
     with LongTermMemory(SQLiteStore(tmp_path / "chatmem.db"), embedder) as opened:
         yield opened
+
+
+def long_document(chars: int = 100_000, fact: str = "I'm allergic to peanuts.") -> str:
+    """A pasted document of exactly ``chars`` characters: paragraphs of plain sentences,
+    each naming its own ``region<n>``, with ``fact`` as the paragraph in the middle."""
+    paragraph = (
+        "Section {n} covers the quarterly report of region{n}. Revenue grew and costs were "
+        "stable in every office. The team met twice to review the figures and agreed on the "
+        "next steps."
+    )
+    paragraphs = [paragraph.format(n=n) for n in range(chars // len(paragraph) + 2)]
+    paragraphs.insert(len(paragraphs) // 2, fact)
+    return "\n\n".join(paragraphs)[:chars]

@@ -24,8 +24,10 @@ from chatmem import (
     Source,
     ValidationError,
 )
-from chatmem.records import MAX_TEXT_CHARS
+from chatmem.records import MAX_TEXT_CHARS, Vector
 from chatmem.stores import SQLiteStore, Usage
+from chatmem.text import PART_CHARS
+from tests.conftest import long_document
 
 
 def test_cross_session_recall_finds_the_fact(memory: LongTermMemory) -> None:
@@ -95,10 +97,8 @@ def test_chat_messages_become_episodic_memories_with_context(memory: LongTermMem
 @pytest.mark.parametrize(
     ("bad", "field"),
     [
-        ({"role": "user", "content": ""}, "messages[1].content.raw"),
-        ({"role": "user", "content": "   "}, "messages[1].content.raw"),
-        ({"role": "user", "content": "x" * (MAX_TEXT_CHARS + 1)}, "messages[1].content.raw"),
         ({"role": "wizard", "content": "hi"}, "messages[1].role"),
+        ({"role": "user", "content": 42}, "messages[1].content"),
         ({"role": "user"}, "messages[1].content"),
         ({"role": "user", "content": "ok", "timestamp": "yesterday"}, "messages[1].timestamp"),
         (
@@ -298,3 +298,151 @@ def test_superseded_facts_stay_answerable_but_are_not_shown_as_current(
     assert {hit.record.id for hit in everything} == {old.id, new.id}
     before = memory.search(query, user_id="u", filter=Filter(valid_at=datetime(2024, 3, 1)))
     assert [hit.record.id for hit in before] == [old.id]
+
+
+WEATHER_CALL = {
+    "id": "call_0",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Porto"}'},
+}
+
+
+def test_turns_without_text_are_skipped_and_tool_calls_kept_as_structure(
+    memory: LongTermMemory,
+) -> None:
+    """An assistant tool call (content null, OpenAI's shape), empty and blank turns and an
+    image alone store nothing of their own; every turn with text is stored, and the calls
+    are kept: in the context of the turns around them, and in the structured content of a
+    turn that also has text."""
+    forecast = {"id": "call_1", "type": "function",
+                "function": {"name": "get_forecast", "arguments": {"days": 3}}}  # fmt: skip
+    records = memory.add(
+        [
+            {"role": "user", "content": "What's the weather in Porto?"},
+            {"role": "assistant", "content": None, "tool_calls": [WEATHER_CALL]},
+            {"role": "tool", "tool_call_id": "call_0", "content": "21 C, sunny"},
+            {"role": "assistant", "content": ""},
+            {"role": "assistant", "content": " \n "},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x.png"}}]},
+            {"role": "assistant", "content": "And the forecast:", "tool_calls": [forecast]},
+            {"role": "assistant", "content": "It is 21 degrees in Porto."},
+        ],
+        user_id="u",
+        session_id="s",
+    )
+
+    assert [r.text for r in records] == [
+        "What's the weather in Porto?",
+        "21 C, sunny",
+        "And the forecast:",
+        "It is 21 degrees in Porto.",
+    ]
+    question, result, forecasting, answer = records
+    called = 'assistant: [called get_weather({"city": "Porto"})]'
+    assert question.context is not None and question.context.after == called
+    assert result.context is not None and result.context.before == called
+    assert result.user_metadata["role"] == "tool"
+    assert result.content.structured == {"tool_call_id": "call_0"}
+    assert forecasting.content.structured == {
+        "tool_calls": [{"id": "call_1", "name": "get_forecast", "arguments": '{"days": 3}'}]
+    }
+    assert answer.context is not None
+    assert (
+        answer.context.before == 'assistant: And the forecast: [called get_forecast({"days": 3})]'
+    )
+    assert memory.count(Filter(user_id="u")) == 4
+
+
+def test_a_chat_in_which_no_turn_has_text_stores_nothing(memory: LongTermMemory) -> None:
+    """Not an error: an agent that hands every turn to memory must not fail on a turn that
+    only calls a tool. A plain text, a missing content and an empty call still are."""
+    silent = [
+        {"role": "assistant", "content": None, "tool_calls": [WEATHER_CALL]},
+        {"role": "assistant", "content": "   "},
+        {"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]},
+    ]
+    assert memory.add(silent, user_id="u") == []
+    assert memory.add({"role": "assistant", "tool_calls": [WEATHER_CALL]}, user_id="u") == []
+    assert memory.count(Filter(user_id="u")) == 0
+    with pytest.raises(ValidationError, match="content.raw"):
+        memory.add(" ", user_id="u")
+    with pytest.raises(ValidationError) as raised:
+        memory.add([{"role": "user"}], user_id="u")
+    assert raised.value.field == "messages[0].content"
+    with pytest.raises(ValidationError, match="nothing to add"):
+        memory.add([], user_id="u")
+
+
+class RecordingEmbedder:
+    """An embedder that remembers every text it was given."""
+
+    def __init__(self, inner: LocalEmbedder) -> None:
+        self.inner = inner
+        self.model = inner.model
+        self.dimension = inner.dimension
+        self.texts: list[str] = []
+
+    def embed(self, texts: list[str]) -> Vector:
+        self.texts.extend(texts)
+        return self.inner.embed(texts)
+
+
+def test_a_message_too_long_for_one_memory_is_stored_as_linked_parts(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    document = long_document(100_000)
+    recording = RecordingEmbedder(embedder)
+    with LongTermMemory(SQLiteStore(tmp_path / "chatmem.db"), recording) as memory:
+        records = memory.add(
+            [
+                {"role": "user", "content": "Here is the quarterly report.", "id": "m0"},
+                {"role": "user", "content": document, "id": "m1"},
+                {"role": "assistant", "content": "Thanks, I have read it.", "id": "m2"},
+            ],
+            user_id="u",
+            session_id="s",
+        )
+
+        intro, *parts, reply = records
+        assert len(parts) >= len(document) // PART_CHARS
+        assert all(0 < len(p.text) <= PART_CHARS for p in parts)
+        assert [p.user_metadata["part"] for p in parts] == list(range(1, len(parts) + 1))
+        assert {p.user_metadata["parts"] for p in parts} == {len(parts)}
+        assert {p.user_metadata["part_of"] for p in parts} == {"m1"}
+        assert all(p.provenance == ["m1"] and p.type is MemoryType.EPISODIC for p in parts)
+        # Cut between paragraphs, and nothing lost.
+        assert all(p.text.endswith(".") and p.text[0].isupper() for p in parts[:-1])
+        assert " ".join(p.text for p in parts).split() == document.split()
+        assert intro.context is not None and intro.context.after is not None
+        assert intro.context.after.startswith("user: Section 0 covers")
+        assert reply.context is not None and reply.context.before is not None
+        assert len(reply.context.before) <= 2_000
+        # The embedder sees parts, never the whole document.
+        assert max(len(text) for text in recording.texts) < PART_CHARS + 100
+
+        (hit,) = memory.search("the quarterly report of region500", user_id="u", k=1)
+        assert "region500." in hit.record.text and hit.record.user_metadata["part_of"] == "m1"
+        assert memory.count(Filter(user_id="u", metadata={"part_of": "m1"})) == len(parts)
+
+        plain = memory.add(document, user_id="v")
+        assert len(plain) == len(parts) and len({r.user_metadata["part_of"] for r in plain}) == 1
+        assert all(r.type is MemoryType.SEMANTIC for r in plain)
+
+
+def test_an_imported_record_too_long_for_one_memory_is_refused_naming_it(
+    memory: LongTermMemory,
+) -> None:
+    """An import restores records exactly (ids, versions, history), so a text too long for
+    one memory is refused, not split; ``add`` is the way to store it as parts."""
+    memory.add("x", user_id="u")
+    out = io.StringIO()
+    memory.export_jsonl(Filter(user_id="u"), out)
+    line = json.loads(out.getvalue())
+    line["record"].update(id="long", content={"raw": long_document(100_000)})
+    line["vector"] = None
+    with pytest.raises(
+        ImportFormatError, match=f"100000 characters.*at most {MAX_TEXT_CHARS}"
+    ) as raised:
+        memory.import_jsonl([json.dumps(line)])
+    assert (raised.value.line, raised.value.field) == (1, "record.content.raw")
+    assert memory.count(Filter(user_id="u")) == 1

@@ -16,10 +16,12 @@ from chatmem.blocks import FactExtractionBlock, StaticBlock, VectorBlock
 from chatmem.errors import ValidationError
 from chatmem.extraction.base import Fact
 from chatmem.memory import Memory
-from chatmem.messages import Message
+from chatmem.messages import Message, SessionKey
+from chatmem.records import Filter
 from chatmem.sessions.memory import InMemorySessionStore
 from chatmem.stores import SQLiteStore
 from chatmem.tokens import default_counter, request_tokens
+from tests.conftest import long_document
 
 
 class KeywordExtractor:
@@ -327,3 +329,67 @@ def test_forgetting_a_user_empties_their_facts_and_no_one_elses(tmp_path: Path) 
         assert block.facts("default", "bob") == ["remember city is Lisbon"]
     finally:
         store.close()
+
+
+def stored_text(long_term: LongTermMemory, user_id: str, session_id: str) -> str:
+    """The session's memories, their parts in order, as one whitespace-normalised text."""
+    records = long_term.list(Filter(user_id=user_id, session_id=session_id), limit=500).records
+    parts = sorted(
+        (r for r in records if "part" in r.user_metadata), key=lambda r: r.user_metadata["part"]
+    )
+    return " ".join(" ".join(r.text.split()) for r in parts)
+
+
+def test_a_long_pasted_document_reaches_long_term_memory_at_session_end(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    document = long_document(100_000)
+    with LongTermMemory(SQLiteStore(tmp_path / "ltm.db"), embedder) as long_term:
+        facts = FactExtractionBlock()
+        monday = Memory(session_id="A", user_id="ana", blocks=[facts, VectorBlock(long_term)])
+        monday.add(
+            [{"role": "user", "content": document}, {"role": "assistant", "content": "Noted."}]
+        )
+        monday.end_session()
+
+        assert stored_text(long_term, "ana", "A") == " ".join(document.split())
+        assert facts.facts("default", "ana") == ["User is allergic to peanuts"]
+        tuesday = Memory(session_id="B", user_id="ana", blocks=[VectorBlock(long_term)])
+        tuesday.add({"role": "user", "content": "What did the report say about region400?"})
+        assert "region400." in system_text(tuesday.get_llm())
+
+
+def test_a_long_message_does_not_break_a_session_with_a_token_limit(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    """The document leaves the window at the next user turn and is flushed to the blocks;
+    that flush, and every later ``add``, must go through."""
+    document = long_document(100_000)
+    with LongTermMemory(SQLiteStore(tmp_path / "ltm.db"), embedder) as long_term:
+        facts = FactExtractionBlock()
+        blocks = [facts, VectorBlock(long_term)]
+        memory = Memory(
+            session_id="A", user_id="ana", token_limit=2000, overflow="flush", blocks=blocks
+        )
+        memory.add({"role": "user", "content": document})
+        chat(memory, [f"Question {i} about the report." for i in range(3)])
+
+        assert len(memory.get()) == 7
+        assert stored_text(long_term, "ana", "A") == " ".join(document.split())
+        assert facts.facts("default", "ana") == ["User is allergic to peanuts"]
+        sent = memory.get_llm()
+        assert request_tokens(default_counter(), sent) <= 2000
+        assert sent[-2]["content"] == "Question 2 about the report."
+
+
+def test_the_blocks_take_a_long_message_directly(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    document = long_document(100_000)
+    key = SessionKey("default", "ana", "A")
+    said = [Message(role="user", content=document, id="doc")]
+    with LongTermMemory(SQLiteStore(tmp_path / "ltm.db"), embedder) as long_term:
+        VectorBlock(long_term).take(key, said)
+        facts = FactExtractionBlock()
+        facts.take(key, said)
+        assert long_term.count(Filter(user_id="ana", metadata={"part_of": "doc"})) > 1
+        assert stored_text(long_term, "ana", "A") == " ".join(document.split())
+        assert facts.facts("default", "ana") == ["User is allergic to peanuts"]

@@ -5,15 +5,28 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
-from chatmem import Filter, LongTermMemory, MemoryRecord, MemoryType, RelationType, Source
+from chatmem import (
+    Filter,
+    LocalEmbedder,
+    LongTermMemory,
+    MemoryRecord,
+    MemoryType,
+    RelationType,
+    Source,
+)
 from chatmem.errors import LLMUnavailableError
 from chatmem.extraction.base import Fact
 from chatmem.messages import SessionKey
 from chatmem.records import EmbeddingInfo, Entry, HistoryEvent, utcnow
+from chatmem.stores import SQLiteStore
 from chatmem.testing import ScriptedChatModel
 from chatmem.write_policy import (
     BATCH_KEY,
@@ -30,8 +43,11 @@ from chatmem.write_policy import (
     created_record,
     decide,
     decision_request,
+    duplicates,
     memory_id,
     parse_decisions,
+    restated_across_types,
+    says_the_same,
     screen,
     subject_key,
     values_differ,
@@ -289,8 +305,7 @@ def test_a_new_value_supersedes_and_the_old_one_stays_answerable(memory: LongTer
     current = {r.record.content.raw for r in memory.search(query, user_id="anna")}
     assert BUDGET_15K.text in current and BUDGET_10K.text not in current
     both = {
-        r.record.content.raw
-        for r in memory.search(query, user_id="anna", include_superseded=True)
+        r.record.content.raw for r in memory.search(query, user_id="anna", include_superseded=True)
     }
     assert {BUDGET_10K.text, BUDGET_15K.text} <= both
 
@@ -456,3 +471,249 @@ def test_without_a_usable_answer_the_rules_decide(
     report = WritePolicy(model=model).apply(memory, KEY, [BUDGET_15K], batch_id="b2")
     assert report.superseded == 1
     assert [r.content.raw for r in current(memory)] == [BUDGET_15K.text]
+
+
+# -- details: a restatement keeps every number, code, name and date (issue 11, item 6) ------
+
+#: Pairs that read alike (cosine above 0.9 with the local embedder) but are distinct facts.
+OTHER_DETAILS = [
+    ("User visited the museum CHT77X", "User visited the museum CHT29X"),
+    ("User paid $120 for the concert tickets", "User paid $150 for the concert tickets"),
+    ("User's monthly rent is $1,200", "User's monthly rent is $1,500"),
+    ("User's flight to Lisbon is TP1234", "User's flight to Lisbon is TP5678"),
+    (
+        "User's dentist appointment is on Friday 12 May 2023",
+        "User's dentist appointment is on Friday 19 May 2023",
+    ),
+    (
+        "User booked a table for four at the Italian restaurant Luigi for their anniversary",
+        "User booked a table for four at the Italian restaurant Mario for their anniversary",
+    ),
+]
+#: The same fact in other words: the same details, however written.
+SAME_DETAILS = [
+    ("User visited the museum CHT77X", "User went to the museum CHT77X"),
+    ("User visited the museum CHT77X", "User visited the CHT77X museum"),
+    ("User's budget for the Hawaii trip is $10,000", "User's Hawaii trip budget is 10000 dollars"),
+    ("User met Anna on 8 May 2023", "User met Anna on May 8, 2023"),
+]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        *OTHER_DETAILS,
+        ("User had lunch with Anna", "User had lunch with Maria"),
+        ("User met Anna on March 3", "User met Anna on March 5"),
+        ("User's flight is on 2024-05-03", "User's flight is on 2024-05-04"),
+        ("User visited the museum CHT77X", "User visited the museum 8812"),
+        # The vaguer wording would lose the code: not a restatement either.
+        ("User visited the museum CHT77X", "User visited the museum"),
+    ],
+)
+def test_decide_never_merges_facts_whose_details_differ(old: str, new: str) -> None:
+    near = Existing(stored(old), 0.99)
+    assert decide(fact(new), [near], [], CONFIG) == Decision(Action.CREATE, (), "new")
+
+
+@pytest.mark.parametrize(("old", "new"), SAME_DETAILS)
+def test_decide_merges_a_rewording_with_the_same_details(old: str, new: str) -> None:
+    near = stored(old)
+    decision = decide(fact(new), [Existing(near, 0.95)], [], CONFIG)
+    assert (decision.action, decision.targets) == (Action.UPDATE, (near.id,))
+
+
+def test_decide_supersedes_the_same_subject_said_with_other_details() -> None:
+    # The structured values agree (same destination), the flight numbers do not.
+    old = stored(
+        "User's flight to Lisbon is TP1234",
+        content={"raw": "User's flight to Lisbon is TP1234", "structured": {"to": "Lisbon"}},
+    )
+    new = fact("User's flight to Lisbon is TP5678", structured={"to": "Lisbon"})
+    decision = decide(new, [Existing(old, 0.95)], [Existing(old, 0.95)], CONFIG)
+    assert (decision.action, decision.targets) == (Action.SUPERSEDE, (old.id,))
+
+
+@pytest.mark.parametrize(("old", "new"), OTHER_DETAILS)
+def test_a_fact_with_other_details_is_stored_beside_the_other(
+    memory: LongTermMemory, old: str, new: str
+) -> None:
+    policy = WritePolicy()
+    policy.apply(memory, KEY, [fact(old)], batch_id="b1")
+    report = policy.apply(memory, KEY, [fact(new)], batch_id="b2")
+    assert (report.stored, report.updated, report.superseded) == (1, 0, 0)
+    assert sorted(r.content.raw for r in current(memory)) == sorted([old, new])
+
+
+def test_the_same_subject_with_other_details_supersedes(memory: LongTermMemory) -> None:
+    policy = WritePolicy()
+    said = {"subject": "museum visit", "structured": {"place": "museum"}}
+    policy.apply(memory, KEY, [fact("User visited the museum CHT77X", **said)], batch_id="b1")
+    report = policy.apply(
+        memory, KEY, [fact("User visited the museum CHT29X", **said)], batch_id="b2"
+    )
+    assert (report.updated, report.superseded) == (0, 1)
+    assert [r.content.raw for r in current(memory)] == ["User visited the museum CHT29X"]
+    old = memory.get(memory_id("b1", 0), user_id="anna")
+    assert old.content.raw == "User visited the museum CHT77X" and old.time.valid_to is not None
+
+
+@pytest.mark.parametrize(("old", "new"), SAME_DETAILS)
+def test_a_rewording_with_the_same_details_updates(
+    memory: LongTermMemory, old: str, new: str
+) -> None:
+    policy = WritePolicy()
+    policy.apply(memory, KEY, [fact(old)], batch_id="b1")
+    report = policy.apply(memory, KEY, [fact(new)], batch_id="b2")
+    assert (report.stored, report.updated) == (0, 1)
+    [record] = current(memory)
+    assert record.content.raw == new and record.metadata.version == 2
+
+
+#: A detail, as it is meant (``canonical``) and as a text writes it.
+_CODES = st.from_regex(r"[A-Z]{2,4}[0-9]{1,4}[A-Z]?", fullmatch=True).map(
+    lambda code: (code.lower(), code)
+)
+_NUMBERS = st.tuples(st.integers(0, 10_000_000), st.sampled_from(["{}", "{:,}", "${:,}"])).map(
+    lambda said: (str(said[0]), said[1].format(said[0]))
+)
+DETAILS = st.one_of(_CODES, _NUMBERS)
+TEMPLATES = st.sampled_from(
+    [
+        "User visited the museum {}",
+        "User's booking reference is {}",
+        "User's budget for the trip is {}",
+        "User parked the car in spot {} at the airport",
+    ]
+)
+
+
+@given(TEMPLATES, DETAILS, DETAILS, st.floats(0.9, 1.0, exclude_min=True))
+def test_a_fact_differing_only_in_a_detail_is_never_merged_into_the_other(
+    template: str, first: tuple[str, str], second: tuple[str, str], similarity: float
+) -> None:
+    assume(first[0] != second[0])
+    old = stored(template.format(first[1]))
+    new = fact(template.format(second[1]))
+    near = Existing(old, similarity)
+    assert decide(new, [near], [], CONFIG).action is Action.CREATE
+    assert decide(new, [near], [near], CONFIG).action is Action.SUPERSEDE
+    # Written another way, the same detail is the same fact.
+    again = fact(template.format(first[1]).replace("User", "User  ", 1))
+    assert decide(again, [near], [], CONFIG).action is Action.UPDATE
+
+
+@pytest.fixture(scope="module")
+def shared_memory(
+    tmp_path_factory: pytest.TempPathFactory, embedder: LocalEmbedder
+) -> Iterator[LongTermMemory]:
+    """One store for a property test's examples; each example writes as another user."""
+    path = tmp_path_factory.mktemp("details") / "chatmem.db"
+    with LongTermMemory(SQLiteStore(path), embedder) as opened:
+        yield opened
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(TEMPLATES, DETAILS, DETAILS)
+def test_in_a_real_store_a_fact_differing_only_in_a_detail_never_replaces_the_other(
+    shared_memory: LongTermMemory,
+    template: str,
+    first: tuple[str, str],
+    second: tuple[str, str],
+) -> None:
+    assume(first[0] != second[0])
+    key = SessionKey("default", f"user-{uuid.uuid4().hex}", "s1")
+    texts = [template.format(first[1]), template.format(second[1])]
+    policy = WritePolicy()
+    policy.apply(shared_memory, key, [fact(texts[0])])
+    report = policy.apply(shared_memory, key, [fact(texts[1])])
+    assert (report.stored, report.updated) == (1, 0)
+    assert sorted(r.content.raw for r in current(shared_memory, key.user_id)) == sorted(texts)
+
+
+# -- one fact, one memory across types (issue 11, item 12) -----------------------------------
+
+DOG_PROFILE = fact("User's dog is named Pixel", type=MemoryType.PROFILE, subject="dog name")
+DOG_SEMANTIC = fact("User's dog's name is Pixel", type=MemoryType.SEMANTIC, subject="dog's name")
+
+
+def test_says_the_same_needs_the_same_details_and_a_close_vector_or_the_same_words() -> None:
+    assert says_the_same("User's dog is named Pixel", "user's dog is named  Pixel!", None, CONFIG)
+    assert says_the_same(DOG_PROFILE.text, DOG_SEMANTIC.text, 0.98, CONFIG)
+    assert not says_the_same(DOG_PROFILE.text, DOG_SEMANTIC.text, 0.85, CONFIG)
+    assert not says_the_same(DOG_PROFILE.text, "User's dog is named Rex", 0.99, CONFIG)
+
+
+def test_duplicates_across_types_keep_the_more_specific(embedder: LocalEmbedder) -> None:
+    facts = [DOG_SEMANTIC, fact("User likes tea"), DOG_PROFILE]
+    vectors = list(embedder.embed([f.text for f in facts]))
+    assert duplicates(facts, vectors, CONFIG) == {0}
+    assert duplicates(facts[::-1], vectors[::-1], CONFIG) == {2}
+    # Of one type, a restatement is the write policy's update, not a duplicate.
+    same_type = [DOG_PROFILE, fact(DOG_SEMANTIC.text, type=MemoryType.PROFILE)]
+    assert duplicates(same_type, vectors[2:0:-2], CONFIG) == set()
+
+
+def test_restated_across_types_skips_or_moves_to_the_more_specific_type() -> None:
+    profile = stored(DOG_PROFILE.text, type=MemoryType.PROFILE)
+    semantic = stored(DOG_SEMANTIC.text, type=MemoryType.SEMANTIC)
+    skip = restated_across_types(DOG_SEMANTIC, [Existing(profile, 0.98)], CONFIG)
+    assert skip is not None and (skip.action, skip.targets) == (Action.SKIP, (profile.id,))
+    update = restated_across_types(DOG_PROFILE, [Existing(semantic, 0.98)], CONFIG)
+    assert update is not None and (update.action, update.targets) == (Action.UPDATE, (semantic.id,))
+    rex = stored("User's dog is named Rex", type=MemoryType.PROFILE)
+    assert restated_across_types(DOG_SEMANTIC, [Existing(rex, 0.99)], CONFIG) is None
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_one_batch_saying_a_fact_in_two_types_stores_it_once(
+    memory: LongTermMemory, order: int
+) -> None:
+    report = WritePolicy().apply(memory, KEY, [DOG_PROFILE, DOG_SEMANTIC][::order], batch_id="b")
+    assert (report.stored, report.updated, report.skipped) == (1, 0, 1)
+    assert report.skipped_reasons == {"duplicate in batch": 1}
+    [record] = current(memory)
+    assert (record.type, record.content.raw) == (MemoryType.PROFILE, DOG_PROFILE.text)
+
+
+def test_a_fact_known_in_a_more_specific_type_is_skipped(memory: LongTermMemory) -> None:
+    policy = WritePolicy()
+    policy.apply(memory, KEY, [DOG_PROFILE], batch_id="b1")
+    report = policy.apply(memory, KEY, [DOG_SEMANTIC], batch_id="b2")
+    assert (report.stored, report.updated, report.skipped_reasons) == (0, 0, {"already known": 1})
+    [record] = current(memory)
+    assert (record.type, record.content.raw) == (MemoryType.PROFILE, DOG_PROFILE.text)
+
+
+def test_a_fact_known_in_a_vaguer_type_moves_it_to_its_own(memory: LongTermMemory) -> None:
+    policy = WritePolicy()
+    policy.apply(memory, KEY, [DOG_SEMANTIC], batch_id="b1")
+    report = policy.apply(memory, KEY, [DOG_PROFILE], batch_id="b2")
+    assert (report.stored, report.updated) == (0, 1)
+    [record] = current(memory)
+    assert (record.type, record.content.raw) == (MemoryType.PROFILE, DOG_PROFILE.text)
+    assert record.id == memory_id("b1", 0) and record.metadata.version == 2
+
+
+def test_other_details_in_another_type_are_another_memory(memory: LongTermMemory) -> None:
+    policy = WritePolicy()
+    policy.apply(memory, KEY, [DOG_PROFILE], batch_id="b1")
+    rex = fact("User's dog's name is Rex", type=MemoryType.SEMANTIC)
+    report = policy.apply(memory, KEY, [rex], batch_id="b2")
+    assert report.stored == 1 and len(current(memory)) == 2
+
+
+def test_a_fact_too_long_for_one_memory_is_stored_cut_visibly(memory: LongTermMemory) -> None:
+    """An extractor may hand over a fact longer than a memory holds (a pasted document read
+    as one statement); it is cut with a marker, and the batch's other facts are stored."""
+    from chatmem.records import MAX_TEXT_CHARS
+    from chatmem.text import CLIP_MARKER
+
+    pasted = "User's notes say " + "the quarterly figures were stable " * 3_000
+    report = WritePolicy().apply(memory, KEY, [fact(pasted), BUDGET_10K])
+
+    assert (report.stored, report.skipped) == (2, 0)
+    long_one = memory.get(report.memory_ids[0], user_id="anna")
+    assert len(long_one.text) <= MAX_TEXT_CHARS and long_one.text.endswith(CLIP_MARKER)
+    assert pasted.startswith(long_one.text.removesuffix(CLIP_MARKER))
+    assert memory_id_of(memory, BUDGET_10K.text) == report.memory_ids[1]

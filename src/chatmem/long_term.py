@@ -12,16 +12,17 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import IO, Any, Concatenate, ParamSpec, TypeVar
+from typing import IO, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import numpy as np
 import pydantic
 
-from chatmem import ranking
+from chatmem import ranking, strict_json
 from chatmem import text as textlib
 from chatmem.embeddings import Embedder, LocalEmbedder, embed_query
 from chatmem.errors import ImportFormatError, NotFoundError, ValidationError
 from chatmem.records import (
+    MAX_TEXT_CHARS,
     Content,
     EmbeddingInfo,
     Entry,
@@ -33,6 +34,8 @@ from chatmem.records import (
     Page,
     SearchResult,
     Source,
+    Vector,
+    new_id,
     utcnow,
     validation_error,
 )
@@ -51,6 +54,16 @@ EXPORT_FORMAT = "chatmem.export/1"
 MAX_CONTEXT_CHARS = 2_000
 
 MessageLike = str | Mapping[str, Any]
+#: Content part types whose ``text`` is a message's text (chat completions and responses).
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+#: Metadata of the memories a text too long for one is stored as: the part's number (from
+#: 1), how many parts there are, and what they are parts of (the message id, else a new id
+#: they share). ``Filter(metadata={PART_OF_KEY: id})`` finds them all.
+PART_KEY, PARTS_KEY, PART_OF_KEY = "part", "parts", "part_of"
+#: What ``import_jsonl`` does with a memory whose id is already stored.
+OnConflict = Literal["fail", "skip", "replace"]
+#: How far from 1 an imported vector's length may be and still be kept as it is.
+UNIT_TOLERANCE = 1e-3
 
 
 #: Threads that embed search queries while stores read (searches of several threads at once).
@@ -116,6 +129,19 @@ class LongTermMemory:
         A plain text becomes a semantic memory; chat messages become episodic memories, one
         per message, each indexed with its speaker, the day it was said and its neighbouring
         messages as context. The whole call is one atomic write.
+
+        A chat message with no text (``content`` null, empty or blank, or content parts none
+        of which is text: an assistant's tool call, an image) is skipped, never refused. Tool
+        calls are kept: in the context of the messages around them (``[called name(args)]``)
+        and, with a tool result's ``tool_call_id``, in ``content.structured`` of a message
+        that has text. A chat in which no message has text stores nothing and returns
+        ``[]``; a blank plain text, a message without ``content`` (unless it calls tools) or
+        with content of another type is a ValidationError.
+
+        A text longer than ``MAX_TEXT_CHARS`` (a pasted document) is stored as several
+        memories of at most ``text.PART_CHARS`` characters, cut between paragraphs or
+        sentences (``text.memory_texts``), with the message's provenance and context and
+        ``PART_KEY``, ``PARTS_KEY`` and ``PART_OF_KEY`` in their metadata.
         """
         items = [messages] if isinstance(messages, str | Mapping) else list(messages)
         if not items:
@@ -131,9 +157,13 @@ class LongTermMemory:
         extras = {"importance": importance, "tags": tags}
         access = {"allowed_roles": sorted(set(allowed_roles))} if allowed_roles else None
         said = [_message(item, f"messages[{i}]") for i, item in enumerate(items)]
+        # Turns that say nothing are left out, also as their neighbours' context.
+        heard = [m for m in said if m.role is None or m.speaks()]
         records = [
-            self._record_from(said, index, base, metadata, type, extras, access)
-            for index in range(len(said))
+            record
+            for index, message in enumerate(heard)
+            if message.role is None or message.content.strip()
+            for record in self._records_from(heard, index, base, metadata, type, extras, access)
         ]
         return self.add_records(records)
 
@@ -146,7 +176,7 @@ class LongTermMemory:
         self.store.put([Entry(r, v) for r, v in zip(stamped, vectors, strict=True)])
         return stamped
 
-    def _record_from(
+    def _records_from(
         self,
         said: Sequence[_Message],
         index: int,
@@ -155,7 +185,8 @@ class LongTermMemory:
         memory_type: MemoryType | None,
         extras: Mapping[str, Any],
         access_control: Mapping[str, Any] | None = None,
-    ) -> MemoryRecord:
+    ) -> builtins.list[MemoryRecord]:
+        """The memory ``said[index]`` is stored as, or its parts when it is too long."""
         message = said[index]
         user_metadata = {**(metadata or {}), **message.metadata}
         if message.role is not None:
@@ -169,16 +200,27 @@ class LongTermMemory:
             **base,
             "type": memory_type
             or (MemoryType.SEMANTIC if message.role is None else MemoryType.EPISODIC),
-            "content": {"raw": message.content},
             "metadata": meta,
             "time": {"created_at": created, "updated_at": created},
             "provenance": [message.id] if message.id else [],
-            "user_metadata": user_metadata,
             "context": self._context(said, index),
         }
         if access_control:
             fields["access_control"] = access_control
-        return MemoryRecord.checked(fields, f"messages[{index}]")
+        texts = textlib.memory_texts(message.content)
+        if len(texts) == 1:
+            metas = [user_metadata]
+        else:
+            whole = {PARTS_KEY: len(texts), PART_OF_KEY: message.id or new_id()}
+            metas = [{**user_metadata, PART_KEY: n, **whole} for n in range(1, len(texts) + 1)]
+        structured = message.structured()
+        return [
+            MemoryRecord.checked(
+                {**fields, "content": {"raw": text, "structured": structured}, "user_metadata": m},
+                message.field,
+            )
+            for text, m in zip(texts, metas, strict=True)
+        ]
 
     def _context(self, said: Sequence[_Message], index: int) -> dict[str, Any] | None:
         """A chat message's speaker and neighbours in the same call; None for plain text."""
@@ -369,9 +411,14 @@ class LongTermMemory:
                 return written
             cursor = page.next_cursor
 
-    def import_jsonl(self, lines: Iterable[str]) -> int:
+    def import_jsonl(self, lines: Iterable[str], *, on_conflict: OnConflict = "fail") -> int:
         """Read lines written by ``export_jsonl`` and store them atomically: a malformed
-        line raises ImportFormatError and nothing of the file is stored."""
+        line raises ImportFormatError and nothing of the file is stored.
+
+        ``on_conflict`` is for a memory whose user already holds its id: ``fail`` (nothing
+        is stored), ``skip`` it, or ``replace`` the stored one (a new version; history keeps
+        the old, and the replacements are a second write). Returns how many memories were
+        stored or replaced."""
         entries = [e for e in (_parse_line(t, n) for n, t in enumerate(lines, 1)) if e]
 
         missing = [i for i, (_, v) in enumerate(entries) if v is None]
@@ -393,8 +440,27 @@ class LongTermMemory:
                     line=number,
                     field="vector",
                 )
-        self.store.put(ready)
-        return len(ready)
+        stored = {} if on_conflict == "fail" else self._stored_versions(ready)
+        self.store.put([e for e in ready if e.record.id not in stored])
+        if on_conflict == "replace" and stored:
+            self.store.update(
+                [_replacing(e, stored[e.record.id]) for e in ready if e.record.id in stored]
+            )
+            return len(ready)
+        return len(ready) - len(stored)
+
+    def _stored_versions(self, entries: Sequence[Entry]) -> dict[str, int]:
+        """The stored version of each entry's id that the entry's user already holds."""
+        owners: dict[tuple[str, str], builtins.list[str]] = {}
+        for entry in entries:
+            owners.setdefault((entry.record.tenant_id, entry.record.user_id), []).append(
+                entry.record.id
+            )
+        return {
+            record.id: record.metadata.version
+            for (tenant_id, user_id), ids in owners.items()
+            for record in self.store.get(ids, Filter(tenant_id=tenant_id, user_id=user_id))
+        }
 
     def _embedding_pool(self) -> ThreadPoolExecutor:
         if self._embedder_threads is None:
@@ -423,7 +489,20 @@ class LongTermMemory:
 
 
 class _Message:
-    __slots__ = ("role", "content", "name", "id", "timestamp", "metadata", "source")
+    """One message of an ``add`` call; ``content`` is "" when it has no text."""
+
+    __slots__ = (
+        "role",
+        "content",
+        "name",
+        "id",
+        "timestamp",
+        "metadata",
+        "source",
+        "field",
+        "tool_calls",
+        "tool_call_id",
+    )
 
     def __init__(
         self,
@@ -433,6 +512,10 @@ class _Message:
         id: str | None,
         timestamp: datetime | None,
         metadata: dict[str, Any],
+        *,
+        field: str,
+        tool_calls: builtins.list[dict[str, str]] | None = None,
+        tool_call_id: str | None = None,
     ) -> None:
         self.role = role
         self.content = content
@@ -443,12 +526,31 @@ class _Message:
         self.source = (
             Source.EXPLICIT_USER_INPUT if role in (None, "user") else Source.SYSTEM_GENERATED
         )
+        self.field = field
+        self.tool_calls = tool_calls or []
+        self.tool_call_id = tool_call_id
+
+    def speaks(self) -> bool:
+        """Whether the message says anything: a text, or a tool call."""
+        return bool(self.content.strip() or self.tool_calls)
 
     def spoken(self) -> str:
-        """``"<speaker>: <text>"``, cut to ``MAX_CONTEXT_CHARS`` (it is context, not content)."""
+        """``"<speaker>: <text> [called <tool>(<arguments>)]"``, cut to ``MAX_CONTEXT_CHARS``
+        (it is context, not content)."""
+        calls = (f"[called {call['name']}({call['arguments']})]" for call in self.tool_calls)
+        said = " ".join(filter(None, [self.content.strip(), *calls]))
         speaker = self.name or self.role
-        text = f"{speaker}: {self.content}" if speaker else self.content
+        text = f"{speaker}: {said}" if speaker else said
         return text[:MAX_CONTEXT_CHARS]
+
+    def structured(self) -> dict[str, Any] | None:
+        """The tool calls the message makes, or the call it answers, if any."""
+        kept: dict[str, Any] = {}
+        if self.tool_calls:
+            kept["tool_calls"] = self.tool_calls
+        if self.tool_call_id:
+            kept["tool_call_id"] = self.tool_call_id
+        return kept or None
 
 
 def _superseded(record: MemoryRecord, now: datetime) -> bool:
@@ -457,11 +559,16 @@ def _superseded(record: MemoryRecord, now: datetime) -> bool:
 
 def _message(item: MessageLike, field: str) -> _Message:
     if isinstance(item, str):
-        return _Message(None, item, None, None, None, {})
+        return _Message(None, item, None, None, None, {}, field=field)
     role = item.get("role")
     if role not in ROLES:
         raise ValidationError(
             f"role must be one of {sorted(ROLES)}, got {role!r}", field=f"{field}.role"
+        )
+    calls = _tool_calls(item)
+    if "content" not in item and not calls:
+        raise ValidationError(
+            "is required (null when the message has no text)", field=f"{field}.content"
         )
     content = _text_of(item.get("content"), f"{field}.content")
     metadata = item.get("metadata") or {}
@@ -469,6 +576,7 @@ def _message(item: MessageLike, field: str) -> _Message:
         raise ValidationError("must be an object", field=f"{field}.metadata")
     name = item.get("name")
     message_id = item.get("id") or item.get("turn_id")
+    answers = item.get("tool_call_id")
     return _Message(
         role,
         content,
@@ -476,20 +584,51 @@ def _message(item: MessageLike, field: str) -> _Message:
         str(message_id) if message_id is not None else None,
         _timestamp(item.get("timestamp"), f"{field}.timestamp"),
         dict(metadata),
+        field=field,
+        tool_calls=calls,
+        tool_call_id=str(answers) if answers is not None else None,
     )
 
 
 def _text_of(content: Any, field: str) -> str:
-    """A message's text: a string, or the text parts of an OpenAI content list."""
+    """A message's text: a string, or the text parts of an OpenAI content list joined; ""
+    for null content or a list without text (an image, audio)."""
+    if content is None:
+        return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [
-            p.get("text", "") for p in content if isinstance(p, Mapping) and p.get("type") == "text"
+        texts = [
+            p.get("text")
+            for p in content
+            if isinstance(p, Mapping) and p.get("type") in TEXT_PART_TYPES
         ]
-        if parts:
-            return "\n".join(parts)
-    raise ValidationError("must be a text or a list of text parts", field=field)
+        return "\n".join(t for t in texts if isinstance(t, str) and t)
+    raise ValidationError("must be a text, null or a list of content parts", field=field)
+
+
+def _tool_calls(item: Mapping[str, Any]) -> builtins.list[dict[str, str]]:
+    """The tool calls a message makes (OpenAI ``tool_calls``, or a legacy
+    ``function_call``) as id, name and arguments; a call without a function name is left
+    out, and long arguments are clipped."""
+    raw = item.get("tool_calls")
+    calls = list(raw) if isinstance(raw, list) else []
+    if isinstance(item.get("function_call"), Mapping):
+        calls.append({"function": item["function_call"]})
+    kept = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            continue
+        arguments = function.get("arguments", "")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, default=str)
+        entry = {"name": function["name"], "arguments": textlib.clip(arguments)}
+        if isinstance(call.get("id"), str):
+            entry = {"id": call["id"], **entry}
+        if entry["name"]:
+            kept.append(entry)
+    return kept
 
 
 def _timestamp(value: Any, field: str) -> datetime | None:
@@ -507,25 +646,68 @@ def _timestamp(value: Any, field: str) -> datetime | None:
     raise ValidationError("must be milliseconds since the epoch or an ISO 8601 time", field=field)
 
 
+def _replacing(entry: Entry, stored_version: int) -> Change:
+    """The change that puts an imported record in place of the stored version."""
+    record = entry.record
+    version = max(record.metadata.version, stored_version + 1)
+    metadata = record.metadata.model_copy(update={"version": version})
+    return Change(
+        record.model_copy(update={"metadata": metadata}), entry.vector, stored_version, "import"
+    )
+
+
 def _parse_line(text: str, number: int) -> tuple[MemoryRecord, Any] | None:
     if not text.strip():
         return None
     try:
-        line = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ImportFormatError(f"not JSON: {exc.msg}", line=number) from None
+        line = strict_json.loads(text)  # no NaN, 64-bit integers, no lone surrogates
+    except ValidationError as exc:
+        raise ImportFormatError(exc.message, line=number, field=exc.field) from None
     if not isinstance(line, dict) or line.get("format") != EXPORT_FORMAT:
         raise ImportFormatError(f"not a {EXPORT_FORMAT} line", line=number, field="format")
+    _refuse_long_text(line.get("record"), number)
     try:
         record = MemoryRecord.checked(line.get("record"), "record")
     except ValidationError as exc:
         raise ImportFormatError(exc.message, line=number, field=exc.field) from None
     vector = line.get("vector")
-    if vector is not None and not (
-        isinstance(vector, list) and all(isinstance(x, int | float) for x in vector)
+    return record, None if vector is None else _unit_vector(vector, number)
+
+
+def _unit_vector(vector: Any, number: int) -> Vector:
+    """An imported vector as the stores keep every vector: finite, of length 1. Its
+    direction is what it means; a length other than 1 would skew every cosine it is in."""
+    if not isinstance(vector, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in vector
     ):
         raise ImportFormatError("must be a list of numbers", line=number, field="vector")
-    return record, vector
+    try:
+        values = np.asarray(vector, dtype=np.float64)
+    except OverflowError:  # an integer past a float's range
+        values = np.array([np.inf])
+    if not np.isfinite(values).all():
+        raise ImportFormatError("holds NaN or infinite values", line=number, field="vector")
+    largest = float(np.abs(values).max(initial=0.0))
+    if largest == 0.0:
+        raise ImportFormatError("is all zeros: it has no direction", line=number, field="vector")
+    if largest <= 1.0 and abs(float(np.linalg.norm(values)) - 1.0) <= UNIT_TOLERANCE:
+        return values.astype(np.float32)  # already of length 1: kept exactly as exported
+    scaled = values / largest  # first, so that squaring 1e300 cannot overflow
+    return (scaled / np.linalg.norm(scaled)).astype(np.float32)
+
+
+def _refuse_long_text(record: Any, number: int) -> None:
+    """An import restores records as they were (ids, versions, history), so a text too long
+    for one memory is refused by name rather than split into new records."""
+    content = record.get("content") if isinstance(record, dict) else None
+    raw = content.get("raw") if isinstance(content, dict) else None
+    if isinstance(raw, str) and len(raw) > MAX_TEXT_CHARS:
+        raise ImportFormatError(
+            f"has {len(raw)} characters; a memory holds at most {MAX_TEXT_CHARS}, and an "
+            "import does not split one (LongTermMemory.add stores a longer text as parts)",
+            line=number,
+            field="record.content.raw",
+        )
 
 
 def _threaded(

@@ -18,6 +18,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from chatmem.errors import ValidationError
+from chatmem.strict_json import INT64_MAX
 
 #: Longest text (in characters) one memory may hold.
 MAX_TEXT_CHARS = 32_000
@@ -148,7 +149,7 @@ class MemoryMetadata(_Model):
         default_factory=list, max_length=64
     )
     source: Source = Source.EXPLICIT_USER_INPUT
-    version: int = Field(default=1, ge=1)
+    version: int = Field(default=1, ge=1, le=INT64_MAX)
 
 
 class TimeInfo(_Model):
@@ -206,7 +207,7 @@ class MemoryRecord(_Checked):
     embedding: EmbeddingInfo | None = None
     metadata: MemoryMetadata = Field(default_factory=MemoryMetadata)
     time: TimeInfo = Field(default_factory=TimeInfo)
-    access_count: int = Field(default=0, ge=0)
+    access_count: int = Field(default=0, ge=0, le=INT64_MAX)
     relations: list[Relation] = Field(default_factory=list)
     access_control: AccessControl = Field(default_factory=AccessControl)
     provenance: list[NonEmpty] = Field(default_factory=list)

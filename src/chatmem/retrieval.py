@@ -700,10 +700,12 @@ def search(
     now: datetime | None = None,
     include_superseded: bool = False,
     project_id: str | None = None,
+    session_id: str | None = None,
 ) -> list[RetrievedMemory]:
     """Hybrid search of one user's memories, reranked (R3): the best ``k`` whose
     normalised relevance (not the final score; see the module docstring) is at least
-    ``threshold``. ``types`` keeps those types, ``project_id`` that project's memories;
+    ``threshold``. ``types`` keeps those types, ``project_id`` and ``session_id`` that
+    project's or session's memories;
     ``since`` / ``until`` bound ``created_at`` (``since`` <= created_at < ``until``).
 
     Memories superseded by ``now`` (``valid_to`` passed) are left out, as long-term memory
@@ -716,6 +718,7 @@ def search(
         {
             "types": frozenset(types) if types is not None else None,
             "project_id": project_id,
+            "session_id": session_id,
             "created_after": since,
             "created_before": until,
         },

@@ -8,6 +8,9 @@ A memory said in a conversation (it has a ``Context``) is indexed as
 
 and embedded as ``"[<when>] <speaker>: <text>"``. A plain fact is indexed and embedded as its
 text alone. On LoCoMo each of these lifted evidence recall (docs/benchmarks.md).
+
+A text longer than one memory holds (``MAX_TEXT_CHARS``, a pasted document) is stored as
+parts (``memory_texts``); a text that must stay one memory is cut visibly (``clip``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import re
 from datetime import datetime
 from typing import NamedTuple
 
-from chatmem.records import MemoryRecord
+from chatmem.records import MAX_TEXT_CHARS, MemoryRecord
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 
@@ -242,3 +245,82 @@ def embedding_text(record: MemoryRecord) -> str:
     """What the embedder embeds for ``record``."""
     fields = index_fields(record)
     return f"[{fields.when}] {fields.text}" if fields.when else fields.text
+
+
+#: The parts of a text too long for one memory are at most this many characters (about
+#: 1,000 tokens): each is a passage a model can be shown within a memory budget, and within
+#: the input limit of every embedding endpoint.
+PART_CHARS = 4_000
+#: What ``clip`` puts where it cut a text.
+CLIP_MARKER = " […]"
+
+# Where a long text may be cut, the widest first: paragraphs, lines, sentences, words.
+_CUTS = (
+    re.compile(r"\n[ \t]*\n\s*"),
+    re.compile(r"\n\s*"),
+    re.compile(r"(?<=[.!?…])\s+"),
+    re.compile(r"\s+"),
+)
+
+
+def memory_texts(text: str) -> list[str]:
+    """The texts ``text`` is stored as: itself when one memory holds it, else its parts of
+    at most ``PART_CHARS`` characters (``split_text``), in order."""
+    if len(text) <= MAX_TEXT_CHARS:
+        return [text]
+    return split_text(text, PART_CHARS)
+
+
+def split_text(text: str, limit: int = PART_CHARS) -> list[str]:
+    """``text`` as consecutive parts of at most ``limit`` characters, stripped, none blank.
+
+    A part ends where a paragraph ends when one fits, else at a line end, a sentence end or
+    a space; only a word longer than ``limit`` is cut inside. Read in order, the parts are
+    the text, but for the whitespace at the cuts.
+    """
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    stripped = (part.strip() for part in _split(text, limit, 0))
+    return [part for part in stripped if part]
+
+
+def _split(text: str, limit: int, level: int) -> list[str]:
+    """Pieces of ``text`` cut at ``_CUTS[level]``, packed greedily into parts of at most
+    ``limit``; a piece too long alone is split at the next, narrower cut."""
+    if len(text) <= limit:
+        return [text]
+    if level == len(_CUTS):
+        return [text[start : start + limit] for start in range(0, len(text), limit)]
+    parts: list[str] = []
+    current = ""
+    for piece in _pieces(text, _CUTS[level]):
+        if len(current) + len(piece) <= limit:
+            current += piece
+            continue
+        if current:
+            parts.append(current)
+        *whole, current = _split(piece, limit, level + 1)
+        parts.extend(whole)
+    if current:
+        parts.append(current)
+    return parts
+
+
+def _pieces(text: str, cut: re.Pattern[str]) -> list[str]:
+    """``text`` cut after each match of ``cut`` (the match stays with the piece before)."""
+    pieces = []
+    start = 0
+    for match in cut.finditer(text):
+        pieces.append(text[start : match.end()])
+        start = match.end()
+    if start < len(text):
+        pieces.append(text[start:])
+    return pieces
+
+
+def clip(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in ``CLIP_MARKER`` where it was
+    cut, for a text that must stay one memory (an extracted fact)."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - len(CLIP_MARKER)].rstrip() + CLIP_MARKER

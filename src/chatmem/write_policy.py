@@ -3,17 +3,28 @@
 Every fact of a batch, in order, is
 
 1. **screened**: dropped when its importance is under ``min_importance`` (0.3), its confidence
-   under ``min_confidence`` (0.4), or when it reads as an instruction to the model (SPEC L9);
+   under ``min_confidence`` (0.4), or when it reads as an instruction to the model (SPEC L9).
+   A fact that another fact of the batch, of another type, restates (:func:`duplicates`) is
+   dropped too: the more specific type is kept ("User's dog is named Pixel", a profile, over
+   "User's dog's name is Pixel");
 2. **compared** with the user's *current* memories of the same type (``valid_to`` unset or in
-   the future): the nearest by vector, and those with the same ``subject``;
-3. **decided** (:func:`decide`, pure):
+   the future): the nearest by vector, and those with the same ``subject``; and with the
+   nearest of the other fact types;
+3. **decided** (:func:`decide`, pure). A restatement must keep the old memory's *details*
+   (numbers, codes, names, dates: :mod:`chatmem.details`), so "visited the museum CHT29X"
+   never replaces "… CHT77X", however close their vectors:
 
-   - same subject, same value (their shared structured values agree) → ``UPDATE`` that memory;
-   - same subject, another value → ``SUPERSEDE``: a new memory becomes current with an
-     ``updates`` relation to the old one, which gets ``valid_to`` and stays stored, so
-     ``Filter(valid_at=<before>)`` still answers "what was my budget before?" (SPEC X3);
-   - cosine above ``update_similarity`` (0.9) → ``UPDATE`` (version + 1, the store keeps the
-     old version in the history);
+   - same subject, same value (their shared structured values agree) and the details
+     agree → ``UPDATE`` that memory;
+   - same subject, another value or other details → ``SUPERSEDE``: a new memory becomes
+     current with an ``updates`` relation to the old one, which gets ``valid_to`` and stays
+     stored, so ``Filter(valid_at=<before>)`` still answers "what was my budget before?"
+     (SPEC X3);
+   - cosine above ``update_similarity`` (0.9) and the details agree → ``UPDATE`` (version + 1,
+     the store keeps the old version in the history);
+   - a memory of another type says the same (the same details, and cosine above
+     ``update_similarity`` or the same words) → ``SKIP``, or ``UPDATE`` it to the fact's
+     type when that is the more specific (:func:`restated_across_types`);
    - otherwise → ``CREATE``.
 
    With a ``model``, one call per batch decides every fact that has candidates
@@ -33,14 +44,20 @@ One log line per batch (logger ``chatmem.write_policy``):
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
+
+from chatmem import text as textlib
+from chatmem.details import agree, details_of
 from chatmem.errors import LLMError, ValidationError
 from chatmem.extraction.base import Fact
 from chatmem.extraction.poisoning import is_instruction_to_model
@@ -53,6 +70,7 @@ from chatmem.records import (
     Entry,
     Filter,
     MemoryRecord,
+    MemoryType,
     RelationType,
     Vector,
     new_id,
@@ -70,6 +88,16 @@ FACTS_KEY = "write_facts"
 #: Structured keys that say *when*, not *what*: a differing date is not another value.
 _TIME_KEYS = frozenset({"date", "when", "time"})
 _MAX_TAGS = 64
+#: How specific each fact type is: of two memories of different types that say the same,
+#: the more specific one is kept. Reflective memories (insights) are never compared.
+_SPECIFICITY = {
+    MemoryType.PROFILE: 3,
+    MemoryType.PREFERENCE: 2,
+    MemoryType.EPISODIC: 2,
+    MemoryType.PROCEDURAL: 2,
+    MemoryType.SEMANTIC: 1,
+}
+_WORDS = re.compile(r"\w+")
 
 #: The system message of the batched write decision. The user message lists each new fact
 #: with the existing memories it may touch (see :func:`decision_request`).
@@ -202,23 +230,103 @@ def _norm(value: Any) -> str:
     return " ".join(str(value).lower().split())
 
 
+def keeps_details(fact: Fact, record: MemoryRecord) -> bool:
+    """Whether ``fact`` could restate ``record`` without losing or changing a number, code,
+    name or date of it (:func:`chatmem.details.agree`)."""
+    return agree(details_of(fact.text), details_of(record.content.raw))
+
+
+def says_the_same(text: str, other: str, similarity: float | None, config: WriteConfig) -> bool:
+    """Whether two texts state one fact: the same details, and a cosine above
+    ``update_similarity`` or the same words (case and punctuation aside)."""
+    if details_of(text) != details_of(other):
+        return False
+    if similarity is not None and similarity > config.update_similarity:
+        return True
+    return _WORDS.findall(text.lower()) == _WORDS.findall(other.lower())
+
+
 def decide(
     fact: Fact,
     nearest: Sequence[Existing],
     same_subject: Sequence[Existing],
     config: WriteConfig,
+    elsewhere: Sequence[Existing] = (),
 ) -> Decision:
-    """The rule decision for one screened fact (see the module docstring)."""
+    """The rule decision for one screened fact (see the module docstring). ``elsewhere``
+    holds the nearest current memories of the other fact types."""
     if same_subject:
-        agreeing = [e for e in same_subject if not values_differ(fact, e.record)]
+        agreeing = [
+            e
+            for e in same_subject
+            if not values_differ(fact, e.record) and keeps_details(fact, e.record)
+        ]
         if agreeing:
             return Decision(Action.UPDATE, (agreeing[0].record.id,), "same subject, same value")
         ids = tuple(e.record.id for e in same_subject)
         return Decision(Action.SUPERSEDE, ids, "same subject, another value")
-    best = max(nearest, key=lambda e: e.similarity or 0.0, default=None)
-    if best is not None and (best.similarity or 0.0) > config.update_similarity:
+    similar = [
+        e
+        for e in nearest
+        if (e.similarity or 0.0) > config.update_similarity and keeps_details(fact, e.record)
+    ]
+    best = max(similar, key=lambda e: e.similarity or 0.0, default=None)
+    if best is not None:
         return Decision(Action.UPDATE, (best.record.id,), f"similarity {best.similarity:.3f}")
-    return Decision(Action.CREATE, (), "new")
+    return restated_across_types(fact, elsewhere, config) or Decision(Action.CREATE, (), "new")
+
+
+def restated_across_types(
+    fact: Fact, elsewhere: Sequence[Existing], config: WriteConfig
+) -> Decision | None:
+    """What ``fact`` does when a memory of another type already says it: nothing (``SKIP``)
+    when that memory's type is as specific, else ``UPDATE`` it to the fact's type. None when
+    no memory of ``elsewhere`` says the same (:func:`says_the_same`)."""
+    same = [
+        e for e in elsewhere if says_the_same(fact.text, e.record.content.raw, e.similarity, config)
+    ]
+    if not same:
+        return None
+    best = max(same, key=lambda e: (_specificity(e.record.type), e.similarity or 0.0))
+    reason = f"restates a {best.record.type} memory"
+    if _specificity(fact.type) > _specificity(best.record.type):
+        return Decision(Action.UPDATE, (best.record.id,), reason)
+    return Decision(Action.SKIP, (best.record.id,), reason)
+
+
+def duplicates(facts: Sequence[Fact], vectors: Sequence[Vector], config: WriteConfig) -> set[int]:
+    """Positions of the facts of one batch that another fact of another type restates (see
+    :func:`says_the_same`; the same subject with the same details counts too). Of two, the
+    more specific type is kept, else the earlier fact."""
+    dropped: set[int] = set()
+    for i, j in itertools.combinations(range(len(facts)), 2):
+        first, second = facts[i], facts[j]
+        if i in dropped or j in dropped or first.type == second.type:
+            continue
+        if _restate_each_other(first, second, _cosine(vectors[i], vectors[j]), config):
+            keep_second = _specificity(second.type) > _specificity(first.type)
+            dropped.add(i if keep_second else j)
+    return dropped
+
+
+def _restate_each_other(first: Fact, second: Fact, cosine: float, config: WriteConfig) -> bool:
+    if says_the_same(first.text, second.text, cosine, config):
+        return True
+    subject = subject_key(first.subject)
+    return (
+        subject is not None
+        and subject == subject_key(second.subject)
+        and details_of(first.text) == details_of(second.text)
+    )
+
+
+def _cosine(a: Vector, b: Vector) -> float:
+    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(np.dot(a, b)) / norms if norms else 0.0
+
+
+def _specificity(kind: MemoryType) -> int:
+    return _SPECIFICITY.get(kind, 0)
 
 
 def memory_id(batch_id: str, index: int) -> str:
@@ -261,7 +369,10 @@ def created_record(
             "session_id": key.session_id,
             "project_id": project_id,
             "type": fact.type,
-            "content": {"raw": fact.text, "structured": dict(fact.structured) or None},
+            "content": {
+                "raw": textlib.clip(fact.text),
+                "structured": dict(fact.structured) or None,
+            },
             "metadata": {
                 "importance": fact.importance,
                 "confidence": fact.confidence,
@@ -293,7 +404,9 @@ def updated_record(
     return MemoryRecord.checked(
         {
             **old.model_dump(),
-            "content": {"raw": fact.text, "structured": structured or None},
+            # A restatement across types moves the memory to the fact's (more specific) type.
+            "type": fact.type,
+            "content": {"raw": textlib.clip(fact.text), "structured": structured or None},
             "metadata": {
                 "importance": max(old.metadata.importance, fact.importance),
                 "confidence": max(old.metadata.confidence, fact.confidence),
@@ -460,6 +573,14 @@ class WritePolicy:
         return parse_decisions(value, questions)
 
 
+class _Candidates(NamedTuple):
+    """What one fact is compared with (see :meth:`_Batch._candidates`)."""
+
+    nearest: list[Existing]
+    same: list[Existing]
+    elsewhere: list[Existing]
+
+
 class _Batch:
     """One run of the policy over one batch: its scope, clock, counters and store calls."""
 
@@ -496,6 +617,11 @@ class _Batch:
             else:
                 self.skipped[reason] += 1
         vectors = self._embed([facts[i] for i in todo])
+        dropped = duplicates([facts[i] for i in todo], vectors, self.config)
+        if dropped:
+            self.skipped["duplicate in batch"] += len(dropped)
+            todo = [i for n, i in enumerate(todo) if n not in dropped]
+            vectors = [v for n, v in enumerate(vectors) if n not in dropped]
         advice = self._advice(facts, todo, vectors)
         for index, vector in zip(todo, vectors, strict=True):
             self._write(index, facts[index], vector, advice.get(index))
@@ -540,15 +666,11 @@ class _Batch:
 
     # -- candidates and decisions --------------------------------------------------------
 
-    def _candidates(self, fact: Fact, vector: Vector) -> tuple[list[Existing], list[Existing]]:
-        """The nearest current memories of the fact's type, and those with its subject."""
+    def _candidates(self, fact: Fact, vector: Vector) -> _Candidates:
+        """The nearest current memories of the fact's type, those with its subject, and the
+        nearest of the other fact types."""
         typed = self.scope.model_copy(update={"types": frozenset({fact.type})})
-        found = self.store.search(
-            SearchQuery(filter=typed, vector=vector, candidates=self.config.candidates)
-        )
-        cosine = {c.id: c.vector_score for c in found}
-        records = self.store.get(list(cosine), typed)
-        nearest = [Existing(r, cosine[r.id]) for r in records if is_current(r, self.now)]
+        nearest, cosine = self._nearest(typed, vector)
         subject = subject_key(fact.subject)
         same: list[Existing] = []
         if subject is not None:
@@ -556,7 +678,20 @@ class _Batch:
             # Every page: a long history of superseded values must not hide the current one.
             matches = self._all(by_subject)
             same = [Existing(r, cosine.get(r.id)) for r in matches if is_current(r, self.now)]
-        return nearest, same
+        others = frozenset(_SPECIFICITY) - {fact.type}
+        elsewhere, _ = self._nearest(self.scope.model_copy(update={"types": others}), vector)
+        return _Candidates(nearest, same, elsewhere)
+
+    def _nearest(
+        self, scope: Filter, vector: Vector
+    ) -> tuple[list[Existing], dict[str, float | None]]:
+        """The current memories of ``scope`` nearest to ``vector``, and every cosine found."""
+        found = self.store.search(
+            SearchQuery(filter=scope, vector=vector, candidates=self.config.candidates)
+        )
+        cosine = {c.id: c.vector_score for c in found}
+        records = self.store.get(list(cosine), scope)
+        return [Existing(r, cosine[r.id]) for r in records if is_current(r, self.now)], cosine
 
     def _advice(
         self, facts: Sequence[Fact], todo: Sequence[int], vectors: Sequence[Vector]
@@ -566,39 +701,37 @@ class _Batch:
             return {}
         questions = []
         for index, vector in zip(todo, vectors, strict=True):
-            nearest, same = self._candidates(facts[index], vector)
+            found = self._candidates(facts[index], vector)
             related = [
-                e for e in nearest if (e.similarity or 0.0) >= self.config.related_similarity
+                e for e in found.nearest if (e.similarity or 0.0) >= self.config.related_similarity
             ]
-            shown = {e.record.id: e for e in [*same, *related]}
+            shown = {e.record.id: e for e in [*found.same, *related]}
             if shown:
                 questions.append(Question(index, facts[index], tuple(shown.values())))
         return self.policy.ask_model(questions)
 
-    def _decision(
-        self,
-        fact: Fact,
-        nearest: list[Existing],
-        same: list[Existing],
-        advice: Decision | None,
-    ) -> Decision:
+    def _decision(self, fact: Fact, found: _Candidates, advice: Decision | None) -> Decision:
         """The model's advice when it still fits what is stored now, else the rules'.
 
         Advice is dropped when a target stopped being current, or when a memory this batch
-        wrote is among the candidates (the model was asked before it existed).
+        wrote is among the candidates (the model was asked before it existed). The model
+        sees memories of the fact's type only: a ``CREATE`` it advises still yields to a
+        memory of another type that says the same.
         """
-        live = {e.record.id: e.record for e in [*nearest, *same]}
+        live = {e.record.id: e.record for e in [*found.nearest, *found.same]}
         ours = any(r.user_metadata.get(BATCH_KEY) == self.batch_id for r in live.values())
         if advice is not None and not ours and all(t in live for t in advice.targets):
+            if advice.action is Action.CREATE:
+                return restated_across_types(fact, found.elsewhere, self.config) or advice
             return advice
-        return decide(fact, nearest, same, self.config)
+        return decide(fact, found.nearest, found.same, self.config, found.elsewhere)
 
     # -- writes --------------------------------------------------------------------------
 
     def _write(self, index: int, fact: Fact, vector: Vector, advice: Decision | None) -> None:
-        nearest, same = self._candidates(fact, vector)
-        decision = self._decision(fact, nearest, same, advice)
-        live = {e.record.id: e.record for e in [*nearest, *same]}
+        found = self._candidates(fact, vector)
+        decision = self._decision(fact, found, advice)
+        live = {e.record.id: e.record for e in [*found.nearest, *found.same, *found.elsewhere]}
         if decision.action is Action.SKIP:
             self.skipped["already known"] += 1
             return
@@ -659,9 +792,13 @@ __all__ = [
     "created_record",
     "decide",
     "decision_request",
+    "duplicates",
     "is_current",
+    "keeps_details",
     "memory_id",
     "parse_decisions",
+    "restated_across_types",
+    "says_the_same",
     "screen",
     "subject_key",
     "updated_record",

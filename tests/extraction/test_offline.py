@@ -7,10 +7,13 @@ from datetime import UTC, datetime
 
 import pytest
 
+from chatmem import Filter, LongTermMemory
 from chatmem.extraction import Extractor, Fact, OfflineExtractor
 from chatmem.extraction.offline import sentences
-from chatmem.messages import Message
+from chatmem.messages import Message, SessionKey
 from chatmem.records import MemoryType, Source, to_ms
+from chatmem.retrieval import Retriever
+from chatmem.write_policy import WritePolicy
 
 # A Monday: "last Friday" is 5 May, "next Friday" 12 May.
 SAID_AT = to_ms(datetime(2023, 5, 8, 13, 56, tzinfo=UTC))
@@ -204,3 +207,58 @@ def test_min_confidence_filters() -> None:
 def test_sentences_split_and_filter() -> None:
     text = "Hi! I love tea. Do you? [shares a photo of a cup] My mom is Dr. Lee - she's great; ok"
     assert sentences(text) == ["I love tea.", "My mom is Dr Lee - she's great"]
+
+
+# -- a name said once is one fact (issue 11, item 12) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Remember that my dog's name is Pixel", "User's dog is named Pixel"),
+        ("My sister is called Ines.", "User's sister is named Ines"),
+        ("my sister is called ines", "User's sister is named Ines"),
+        ("My brother's name is Tom.", "User's brother is named Tom"),
+        ("my dog's name is pixel", "User's dog is named Pixel"),
+        ("My cat is named Luna.", "User's cat is named Luna"),
+        ("My son's name is Leo.", "User's son is named Leo"),
+        ("My best friend's name is Maria Lopez.", "User's best friend is named Maria Lopez"),
+        ("My hamster is called Biscuit.", "User's hamster is named Biscuit"),
+    ],
+)
+def test_a_relation_s_name_is_one_profile_fact(text: str, expected: str) -> None:
+    assert summary(text) == [(P, expected)]
+
+
+def test_what_is_not_a_name_is_no_name_fact() -> None:
+    assert summary("My dog is named after my grandfather.") == [
+        (S, "User's dog is named after their grandfather")
+    ]
+    assert summary("My dog's name is a secret.") == [(S, "User's dog's name is a secret")]
+
+
+@pytest.mark.parametrize(
+    ("said", "question", "name"),
+    [
+        ("Remember that my dog's name is Pixel", "What is my dog's name?", "Pixel"),
+        ("My sister is called Ines", "What is my sister called?", "Ines"),
+        ("My brother's name is Tom.", "What is my brother's name?", "Tom"),
+        ("Remember that my cat is named Luna", "What's my cat's name?", "Luna"),
+    ],
+)
+def test_a_name_said_once_is_stored_and_injected_once(
+    memory: LongTermMemory, said: str, question: str, name: str
+) -> None:
+    key = SessionKey("default", "anna", "s1")
+    facts = extract(said)
+    report = WritePolicy().apply(memory, key, facts, batch_id="b1")
+    [record] = memory.list(Filter(user_id="anna")).records
+    assert report.stored == 1 and record.type is P
+    # Said again in another session: still one memory.
+    WritePolicy().apply(memory, key, extract(said), batch_id="b2")
+    assert memory.count(Filter(user_id="anna")) == 1
+    with Retriever(memory, search_budget_ms=10_000) as retriever:
+        got = retriever.retrieve([{"role": "user", "content": question}], user_id="anna")
+    assert [r.record.id for r in got.results] == [record.id]
+    injected = " ".join(str(m["content"]) for m in got.injected_messages)
+    assert injected.count(name) == 1

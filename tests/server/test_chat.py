@@ -18,6 +18,7 @@ from chatmem import LocalEmbedder
 from chatmem.messages import SessionKey
 from chatmem.records import Filter
 from chatmem.testing import ScriptedOpenAIServer, ToolCalls
+from tests.conftest import long_document
 from tests.server.conftest import ServiceFactory, drain, runtime_of, settle, wait_for
 
 
@@ -486,3 +487,25 @@ def test_tool_calls_and_their_results_are_kept_in_the_session(
     )  # fmt: skip
     assert (history[2].tool_call_id, history[2].content) == ("call_0", "21 C, sunny")
     assert history[3].content == "It is 21 degrees in Porto."
+
+
+def test_a_long_user_message_is_answered_stored_and_extracted(
+    service: TestClient, upstream: ScriptedOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    document = long_document(100_000)
+    context = {"memory_context": {"user_id": "alice", "session_id": "report"}}
+    with caplog.at_level(logging.INFO, logger="chatmem"):
+        answered = sdk(service).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": document}], extra_body=context
+        )
+        drain(service)
+
+    assert answered.choices[0].message.content == f"seen: {document}"
+    assert upstream.chat_requests[-1]["messages"][-1]["content"] == document
+    runtime = runtime_of(service)
+    history = runtime.short_term.history(SessionKey("default", "alice", "report"))
+    assert [m.content for m in history] == [document, f"seen: {document}"]
+    assert runtime.long_term is not None
+    hits = runtime.long_term.search("peanut allergy", user_id="alice", k=3)
+    assert [hit.record.text for hit in hits] == ["User is allergic to peanuts"]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text

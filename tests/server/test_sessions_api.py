@@ -15,9 +15,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from chatmem.messages import SessionKey
 from chatmem.server.webhooks import SIGNATURE_HEADER, verify
 from chatmem.testing import ScriptedOpenAIServer
-from tests.server.conftest import ServiceFactory, runtime_of, wait_for
+from chatmem.worker import BatchState
+from tests.conftest import long_document
+from tests.server.conftest import ServiceFactory, drain, runtime_of, wait_for
 from tests.server.test_admin import assert_error, new_key
 
 SECRET = "s3cret-0123456789"
@@ -347,3 +350,25 @@ def test_a_webhook_given_up_on_is_kept_as_failed(make_service: ServiceFactory) -
     rows = conn.execute("SELECT state, attempts, error FROM webhook_deliveries").fetchall()
     conn.close()
     assert rows == [("failed", 1, "HTTP 400")]
+
+
+def test_a_long_message_is_appended_ended_and_extracted(service: TestClient) -> None:
+    document = long_document(100_000)
+    assert append(service, "report", said(document, "Thanks, I have read it.")) == 2
+
+    ended = service.post("/v1/sessions/report/end", params={"user_id": "alice"})
+
+    assert ended.status_code == 200, ended.text
+    assert ended.json()["length"] == 2 and ended.json()["summary"]
+    read = service.get("/v1/sessions/report", params={"user_id": "alice"}).json()
+    assert read["messages"][0]["content"] == document
+    drain(service)
+    runtime = runtime_of(service)
+    assert runtime.outbox.counts()[BatchState.DEAD] == 0
+    assert runtime.long_term is not None
+    hits = runtime.long_term.search("peanut allergy", user_id="alice", k=3)
+    assert [hit.record.text for hit in hits] == ["User is allergic to peanuts"]
+    assert hits[0].record.session_id == "report"
+    assert (
+        runtime.short_term.history(SessionKey("default", "alice", "report"))[0].content == document
+    )

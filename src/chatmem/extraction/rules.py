@@ -722,8 +722,14 @@ def _possession(match: re.Match[str], sentence: Sentence) -> Draft | None:
 
 
 def _relation_name(match: re.Match[str], _: Sentence) -> Draft | None:
-    relation = " ".join(match.group("rel").lower().split())
-    name = match.group("name")
+    return _named(match.group("rel"), match.group("name"))
+
+
+def _named(relation: str, name: str) -> Draft | None:
+    """The one fact a relation's name makes, whichever rule read it ("my dog's name is
+    Pixel", "my dog is called Pixel", "my dog Pixel"), so that they write it alike."""
+    relation = " ".join(relation.lower().split())
+    name = name[:1].upper() + name[1:]
     if name.lower() in _NOT_NAMES or name.lower() in _PRONOUN_OBJECTS:
         return None
     return Draft(
@@ -744,6 +750,9 @@ def _relation_fact(match: re.Match[str], sentence: Sentence) -> Draft | None:
     what = sentence.obj(match, future=future)
     if _skippable(what):
         return None
+    called = _CALLED.fullmatch(what)
+    if verb == "is" and called is not None:  # "my sister is called Ines": a name, said once
+        return _named(relation, called.group("name"))
     name = match.group("name")
     who = f"User's {relation} {name}" if name else f"User's {relation}"
     first_word = what.split()[0].lower()
@@ -773,6 +782,10 @@ def _my_thing(match: re.Match[str], sentence: Sentence) -> Draft | None:
     value = _uncapitalised(sentence.obj(match), match)
     if _skippable(value):
         return None
+    named = _RELATION_NAME.fullmatch(thing)
+    if named is not None and _NAME_VALUE.fullmatch(value):
+        # "my dog's name is Pixel": the people rule's fact, written alike so it is said once.
+        return _named(named.group("rel"), value)
     verb = match.group("verb").lower()
     profile = head in ("birthday", "email", "phone", "address", "number", "pronouns")
     return Draft(
@@ -787,6 +800,10 @@ def _my_thing(match: re.Match[str], sentence: Sentence) -> Draft | None:
 
 
 _RELATION_RE = re.compile(_RELATION, _FLAGS)
+# A relation's name said as a thing ("dog's name") or as what they are ("called Ines").
+_RELATION_NAME = re.compile(rf"{_RELATION}'s\s+name", _FLAGS)
+_NAME_VALUE = re.compile(r"[^\W\d_][\w'-]*(?:\s+[A-Z][\w'-]*)?")
+_CALLED = re.compile(rf"(?i:called|named)\s+(?P<name>{_NAME_VALUE.pattern})")
 # In "my X is Y", an X holding these is a clause, not a thing ("my recipe and it was …").
 _CLAUSE_WORDS = _word_set("and or but it that which who he she they we i you")
 

@@ -85,8 +85,15 @@ def error_response(
     status: int, message: str, *, param: str | None = None, code: str | None = None
 ) -> JSONResponse:
     kind = _TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    message, param = _text(message), _text(param) if param is not None else None
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return JSONResponse(body, status_code=status)
+
+
+def _text(value: str) -> str:
+    """``value`` as valid text: a lone surrogate (which no UTF-8 body can carry) is shown as
+    its escape, as the caller wrote it."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def field_path(loc: list[Any]) -> str | None:
@@ -293,7 +300,7 @@ def _register_health(app: FastAPI) -> None:
 def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None = None) -> FastAPI:
     """A service for ``config`` (defaults when None). Its runtime is started when the app
     starts (or given, already started, as ``runtime``) and closed when it stops."""
-    from chatmem.server import admin, chat, memory_api, responses, sessions_api
+    from chatmem.server import admin, chat, guard, memory_api, responses, sessions_api
 
     config = config or (runtime.config if runtime is not None else ServiceConfig())
 
@@ -321,6 +328,10 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
         responses=ERRORS,
     )
     _register_errors(app)
+    # Outermost last: the latency metric counts the guard's refusals too.
+    app.add_middleware(
+        guard.RequestGuard, error=error_response, line_paths=(memory_api.IMPORT_PATH,)
+    )
     app.add_middleware(_Timed)
     _register_health(app)
     for module in (chat, responses, memory_api, sessions_api, admin):

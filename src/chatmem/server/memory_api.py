@@ -39,6 +39,8 @@ router = APIRouter(prefix="/v1/memory", tags=["memory"])
 JSONL = "application/x-ndjson"
 #: Largest import body accepted, in bytes.
 MAX_IMPORT_BYTES = 64 * 1024 * 1024
+#: The route that reads JSON lines (the request guard checks each line).
+IMPORT_PATH = "/v1/memory/import"
 #: The most results a role-filtered search asks the store for while filling ``k``.
 MAX_SEARCH_FETCH = 400
 

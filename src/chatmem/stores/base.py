@@ -8,10 +8,13 @@ job, so every backend ranks the same way.
 from __future__ import annotations
 
 import builtins
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
+
+import numpy as np
 
 from chatmem.errors import DimensionError, StoreError, ValidationError
 from chatmem.records import (
@@ -24,7 +27,9 @@ from chatmem.records import (
     Page,
     TimeInfo,
     Vector,
+    to_ms,
 )
+from chatmem.strict_json import INT64_MAX, INT64_MIN
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,39 @@ class Usage:
         return changed
 
 
+#: A list cursor's creation time must be a moment every backend's time type holds (the
+#: years 1 to 9999, in milliseconds since the epoch); its sequence a signed 64-bit integer.
+CURSOR_MS_RANGE = (to_ms(datetime.min.replace(tzinfo=UTC)), to_ms(datetime.max.replace(tzinfo=UTC)))
+_CURSOR = re.compile(r"(-?[0-9]{1,19}):(-?[0-9]{1,19})", re.ASCII)
+_NOT_A_CURSOR = "is not a cursor this store issued"
+
+
+def cursor_ms(value: object) -> int:
+    """A cursor's creation time, checked; a ValidationError naming ``cursor`` otherwise (the
+    one range check of every store's list)."""
+    low, high = CURSOR_MS_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationError(_NOT_A_CURSOR, field="cursor")
+    return value
+
+
+def write_cursor(created_ms: int, sequence: int) -> str:
+    """``"<created ms>:<sequence>"``: where the next page of a list starts."""
+    return f"{created_ms}:{sequence}"
+
+
+def read_cursor(cursor: str) -> tuple[int, int]:
+    """The creation time and sequence of a ``write_cursor`` cursor; a ValidationError naming
+    ``cursor`` for anything else, integers out of range included."""
+    matched = _CURSOR.fullmatch(cursor)
+    if matched is None:
+        raise ValidationError(_NOT_A_CURSOR, field="cursor")
+    sequence = int(matched.group(2))
+    if not INT64_MIN <= sequence <= INT64_MAX:
+        raise ValidationError(_NOT_A_CURSOR, field="cursor")
+    return cursor_ms(int(matched.group(1))), sequence
+
+
 class MemoryStore(ABC):
     """Durable storage of memory records. All methods are thread-safe."""
 
@@ -148,6 +186,8 @@ class MemoryStore(ABC):
                 f"vector has shape {vector.shape}, the store expects ({self._dimension()},)",
                 field="vector",
             )
+        if not np.isfinite(vector).all():
+            raise ValidationError("holds NaN or infinite values", field="vector")
 
     def _check_batch(self, entries: Sequence[Entry]) -> None:
         """Refuse, before any write, a batch with a vector of the wrong shape or a repeated id."""

@@ -95,7 +95,14 @@ from chatmem.records import (
     new_id,
     utcnow,
 )
-from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage
+from chatmem.stores.base import (
+    Capabilities,
+    Change,
+    MemoryStore,
+    SearchQuery,
+    Usage,
+    cursor_ms,
+)
 
 T = TypeVar("T")
 
@@ -262,9 +269,9 @@ def _decode_cursor(cursor: str) -> tuple[int, str]:
         created_ms, memory_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
     except (ValueError, TypeError) as exc:
         raise ValidationError("is not a cursor this store issued", field="cursor") from exc
-    if not isinstance(created_ms, int) or not isinstance(memory_id, str):
+    if not isinstance(memory_id, str):
         raise ValidationError("is not a cursor this store issued", field="cursor")
-    return created_ms, memory_id
+    return cursor_ms(created_ms), memory_id
 
 
 def _utf8_size(text: str) -> int:

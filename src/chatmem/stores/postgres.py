@@ -81,7 +81,15 @@ from chatmem.records import (
     to_ms,
     utcnow,
 )
-from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage
+from chatmem.stores.base import (
+    Capabilities,
+    Change,
+    MemoryStore,
+    SearchQuery,
+    Usage,
+    read_cursor,
+    write_cursor,
+)
 
 Connection = psycopg.Connection[Any]
 
@@ -618,10 +626,7 @@ class PostgresStore(MemoryStore):
             raise ValidationError("must be at least 1", field="limit")
         where, params = _where(scope)
         if cursor is not None:
-            try:
-                created_ms, seq = (int(part) for part in cursor.split(":"))
-            except ValueError as exc:
-                raise ValidationError("is not a cursor this store issued", field="cursor") from exc
+            created_ms, seq = read_cursor(cursor)
             where += " AND (m.created_at, m.seq) > (%s, %s)"
             params += [_EPOCH + timedelta(milliseconds=created_ms), seq]
         with self._transaction() as conn:
@@ -632,7 +637,7 @@ class PostgresStore(MemoryStore):
             ).fetchall()
         records = [_record(body) for _, _, body in rows[:limit]]
         more = len(rows) > limit
-        next_cursor = f"{to_ms(rows[limit - 1][0])}:{rows[limit - 1][1]}" if more else None
+        next_cursor = write_cursor(to_ms(rows[limit - 1][0]), rows[limit - 1][1]) if more else None
         return Page(records, next_cursor)
 
     def count(self, scope: Filter) -> int:

@@ -50,7 +50,15 @@ from chatmem.records import (
     to_ms,
     utcnow,
 )
-from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage
+from chatmem.stores.base import (
+    Capabilities,
+    Change,
+    MemoryStore,
+    SearchQuery,
+    Usage,
+    read_cursor,
+    write_cursor,
+)
 from chatmem.stores.gate import Gate
 from chatmem.stores.vector_cache import DEFAULT_BUDGET_BYTES, VectorCache
 
@@ -606,12 +614,8 @@ class SQLiteStore(MemoryStore):
             raise ValidationError("must be at least 1", field="limit")
         where, params = _where(scope)
         if cursor is not None:
-            try:
-                created, rowid = (int(part) for part in cursor.split(":"))
-            except ValueError as exc:
-                raise ValidationError("is not a cursor this store issued", field="cursor") from exc
             where += " AND (m.created_at, m.rowid) > (?, ?)"
-            params += [created, rowid]
+            params += [*read_cursor(cursor)]
         with self._file.read() as conn:
             rows = conn.execute(
                 f"SELECT m.created_at, m.rowid, m.body FROM memories AS m WHERE {where}"
@@ -620,7 +624,7 @@ class SQLiteStore(MemoryStore):
             ).fetchall()
         records = [_record(body) for _, _, body in rows[:limit]]
         more = len(rows) > limit
-        next_cursor = f"{rows[limit - 1][0]}:{rows[limit - 1][1]}" if more else None
+        next_cursor = write_cursor(rows[limit - 1][0], rows[limit - 1][1]) if more else None
         return Page(records, next_cursor)
 
     def count(self, scope: Filter) -> int:
