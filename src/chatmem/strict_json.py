@@ -74,7 +74,11 @@ def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
         raise _too_deep(_deep_path(text, max_depth), max_depth) from None
     except ValueError as exc:  # JSONDecodeError, and integers past Python's digit limit
         raise ValidationError(f"not JSON: {exc}") from None
-    check(value, max_depth=max_depth, strings=_SURROGATE_ESCAPE.search(text) is not None)
+    # Only an escape can put a surrogate into text decoded from UTF-8; a str may hold one
+    # itself (text read with errors="surrogateescape"). Without either, strings are sound.
+    escaped = _SURROGATE_ESCAPE.search(text) is not None
+    held = isinstance(data, str) and _SURROGATE.search(text) is not None
+    check(value, max_depth=max_depth, strings=escaped or held)
     return value
 
 
