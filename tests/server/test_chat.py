@@ -19,7 +19,7 @@ from chatmem.messages import SessionKey
 from chatmem.records import Filter
 from chatmem.testing import ScriptedOpenAIServer, ToolCalls
 from tests.conftest import long_document
-from tests.server.conftest import ServiceFactory, drain, runtime_of, settle, wait_for
+from tests.server.conftest import ADMIN_KEY, ServiceFactory, drain, runtime_of, settle, wait_for
 
 
 def sdk(client: TestClient, key: str = "unused") -> openai.OpenAI:
@@ -283,7 +283,7 @@ def test_an_unreachable_sqlite_store_at_start_turns_memory_off_and_chat_still_wo
     assert answer.status_code == 200
     assert answer.headers["x-chatmem-memory"] == "off"
     assert answer.json()["choices"][0]["message"]["content"] == "seen: What's my budget?"
-    ready = service.get("/readyz").json()
+    ready = service.get("/readyz", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
     assert ready["memory"] == "off" and "not-a-directory" in ready["memory_error"]
     assert service.get("/v1/memory", params={"user_id": "alice"}).status_code == 503
 

@@ -14,6 +14,8 @@ import httpx
 import openai
 import pytest
 
+from tests.server.conftest import ADMIN_KEY
+
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATMEM")}
@@ -50,6 +52,7 @@ def test_serve_answers_with_memory_over_http(tmp_path: Path, workers: int) -> No
             **_env(tmp_path),
             "CHATMEM__MEMORY__EXTRACTION_BATCH_SIZE": "1",
             "CHATMEM__LOG_FORMAT": "json",
+            "CHATMEM__AUTH__ADMIN_KEY": ADMIN_KEY,  # /readyz details are the admin's
         },
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -73,7 +76,8 @@ def test_serve_answers_with_memory_over_http(tmp_path: Path, workers: int) -> No
             user="alice",
         )
         for _ in range(100):  # extraction runs in the worker thread after the answer
-            if httpx.get(f"{base}/readyz").json()["extraction_queue"] == 0:
+            ready = httpx.get(f"{base}/readyz", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+            if ready.json()["extraction_queue"] == 0:
                 break
             time.sleep(0.1)
         time.sleep(0.3)

@@ -30,6 +30,9 @@ from chatmem.server.serving import ServiceThread
 from chatmem.sessions.sqlite import SQLiteSessionStore
 from chatmem.testing import ScriptedOpenAIServer
 from chatmem.worker import BatchState, SQLiteOutbox
+from tests.server.conftest import ADMIN_KEY
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 USERS = ("ana", "ben", "cy")
 
@@ -152,6 +155,7 @@ def _serve(tmp_path: Path, port: int) -> subprocess.Popen[str]:
     env.update(
         XDG_DATA_HOME=str(tmp_path / "xdg"),
         CHATMEM__MEMORY__EXTRACTION_BATCH_SIZE="5",
+        CHATMEM__AUTH__ADMIN_KEY=ADMIN_KEY,  # /readyz shows the queue's depth to the admin
         PYTHONFAULTHANDLER="1",
     )
     return subprocess.Popen(
@@ -218,7 +222,7 @@ def test_a_served_process_stopped_mid_burst_loses_no_answered_turn(
     try:
         _wait_up(server, base)
         deadline = time.monotonic() + 30
-        while httpx.get(f"{base}/readyz").json()["extraction_queue"] > 0:
+        while httpx.get(f"{base}/readyz", headers=ADMIN).json()["extraction_queue"] > 0:
             assert time.monotonic() < deadline, "the queue did not drain within 30 s"
             time.sleep(0.2)
     finally:

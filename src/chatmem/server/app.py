@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -36,7 +36,6 @@ from chatmem.errors import (
 )
 from chatmem.server.auth import KEY_PREFIX, Principal
 from chatmem.server.config import ServiceConfig
-from chatmem.server.metrics import CONTENT_TYPE
 from chatmem.server.runtime import Runtime
 
 logger = logging.getLogger("chatmem.server")
@@ -112,7 +111,8 @@ async def runtime_of(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(runtime_of)]
 
 
-def _key_of(request: Request) -> str | None:
+def key_of(request: Request) -> str | None:
+    """The key a request carries (``Authorization: Bearer``, else ``X-API-Key``)."""
     header = request.headers.get("authorization")
     if header:
         scheme, _, token = header.partition(" ")
@@ -129,7 +129,7 @@ async def principal_of(request: Request) -> Principal:
     file) counts as no key: an OpenAI SDK always sends one, and with
     ``upstream.pass_authorization`` it is the upstream's key, not chatmem's."""
     runtime: Runtime = request.app.state.runtime
-    key = _key_of(request)
+    key = key_of(request)
     principal = runtime.keys.authenticate(key) if key is not None else None
     if principal is not None:
         return principal
@@ -256,51 +256,10 @@ class _Timed:
                 ).observe(time.perf_counter() - began)
 
 
-class Health(BaseModel):
-    status: str
-    version: str
-
-
-class Readiness(BaseModel):
-    status: str
-    memory: str
-    memory_error: str | None = None
-    database: str
-    upstream: str
-    extraction_queue: int
-
-
-def _register_health(app: FastAPI) -> None:
-    @app.get("/healthz", tags=["health"])
-    def healthz() -> Health:
-        """Liveness: the process answers."""
-        return Health(status="ok", version=__version__)
-
-    @app.get("/readyz", tags=["health"], responses={503: {"model": Readiness}})
-    def readyz(runtime: RuntimeDep) -> JSONResponse:
-        """Readiness: 200 when chat can be served (memory off still serves chat, and says
-        so); 503 when no upstream model is configured."""
-        upstream = runtime.config.upstream.base_url
-        body = Readiness(
-            status="ready" if upstream else "no upstream",
-            memory="on" if runtime.memory_on else "off",
-            memory_error=runtime.memory_error,
-            database="memory only" if runtime.database_error else "ok",
-            upstream=upstream or "not configured",
-            extraction_queue=runtime.queue_depth(),
-        )
-        return JSONResponse(body.model_dump(), status_code=200 if upstream else 503)
-
-    @app.get("/metrics", tags=["health"], response_class=Response)
-    def metrics(runtime: RuntimeDep) -> Response:
-        """Prometheus metrics of this service."""
-        return Response(runtime.metrics.render(), media_type=CONTENT_TYPE)
-
-
 def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None = None) -> FastAPI:
     """A service for ``config`` (defaults when None). Its runtime is started when the app
     starts (or given, already started, as ``runtime``) and closed when it stops."""
-    from chatmem.server import admin, chat, guard, memory_api, responses, sessions_api
+    from chatmem.server import admin, chat, guard, health, memory_api, responses, sessions_api
 
     config = config or (runtime.config if runtime is not None else ServiceConfig())
 
@@ -308,11 +267,16 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         started = runtime or Runtime.start(config)
         app.state.runtime = started
+        app.state.upstream_probe = health.UpstreamProbe(started.config.upstream)
+        listener = health.MetricsListener.start(started)
+        app.state.metrics_address = listener.address if listener is not None else None
         async with chat.upstream_client(started) as client:
             app.state.upstream = client
             try:
                 yield
             finally:
+                if listener is not None:
+                    listener.close()
                 # Drain, then close: no store may go while an answered turn is being stored.
                 try:
                     await started.after_answer.drain(started.config.server.shutdown_grace_s)
@@ -326,6 +290,8 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
         "the Responses API, and a REST API for memories and sessions.",
         lifespan=lifespan,
         responses=ERRORS,
+        docs_url=None,  # served from the package by health.register_docs, not from a CDN
+        redoc_url=None,
     )
     _register_errors(app)
     # Outermost last: the latency metric counts the guard's refusals too.
@@ -333,8 +299,8 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
         guard.RequestGuard, error=error_response, line_paths=(memory_api.IMPORT_PATH,)
     )
     app.add_middleware(_Timed)
-    _register_health(app)
-    for module in (chat, responses, memory_api, sessions_api, admin):
+    health.register_docs(app)
+    for module in (health, chat, responses, memory_api, sessions_api, admin):
         app.include_router(module.router)
     return app
 
@@ -344,6 +310,7 @@ __all__ = [
     "ErrorBody",
     "create_app",
     "error_response",
+    "key_of",
     "principal_of",
     "runtime_of",
     "tenant_of",

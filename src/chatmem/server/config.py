@@ -16,8 +16,14 @@ The file (every key optional; these are the defaults)::
       memory_tokens: 1000                 # budget of the injected memories
       sessions: {store: null, idle_minutes: 30}
       external_models: []                 # the design's list, by model_role
-    upstream: {base_url: null, api_key_env: null, timeout_s: 60}
-    server: {host: 127.0.0.1, port: 8080, workers: 1, data_dir: null}
+    upstream: {base_url: null, api_key_env: null, timeout_s: 60,
+               ready_timeout_s: 2, ready_cache_s: 5}   # /readyz probes the upstream
+    server:
+      host: 127.0.0.1
+      port: 8080
+      workers: 1
+      data_dir: null
+      metrics: {enabled: true, listen: null, key_env: null}   # listen: "127.0.0.1:9464"
     auth: {anonymous_tenant: default, admin_key_env: null, keys: []}
     webhooks: {session_end: null}         # {url, secret_env, max_attempts, timeout_s}
     log_level: info
@@ -139,6 +145,10 @@ class UpstreamSection(_Section):
     #: Forward the caller's Authorization header when no key is configured here.
     pass_authorization: bool = False
     timeout_s: float = Field(default=60.0, gt=0)
+    #: ``/readyz`` asks the upstream for its models, waiting this long (seconds)...
+    ready_timeout_s: float = Field(default=2.0, gt=0, le=60)
+    #: ...and reuses the answer this long, so probes never load the upstream (seconds).
+    ready_cache_s: float = Field(default=5.0, ge=0, le=600)
 
     @field_validator("base_url")
     @classmethod
@@ -146,6 +156,37 @@ class UpstreamSection(_Section):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value.rstrip("/") if value else value
+
+
+class MetricsSection(_Section):
+    """Where the Prometheus metrics are served.
+
+    On the service's own port by default, where they need the admin key or ``key`` when
+    ``auth.anonymous_tenant`` is null (keys required); with ``listen`` (``host:port``) only
+    there, with no key, for a scraper on a private address; or nowhere."""
+
+    enabled: bool = True
+    listen: str | None = None
+    #: A key that may read ``/metrics`` and nothing else (the admin key always may).
+    key: str | None = Field(default=None, min_length=16, repr=False)
+    key_env: str | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        host, colon, port = value.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be host:port, such as 127.0.0.1:9464")
+        return value
+
+    def address(self) -> tuple[str, int] | None:
+        """``listen`` as (host, port); None when metrics are served on the main port."""
+        if self.listen is None:
+            return None
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
 
 
 class ServerSection(_Section):
@@ -161,6 +202,15 @@ class ServerSection(_Section):
     #: At a stop (SIGTERM, Ctrl-C), how long requests in flight and then the turns being
     #: stored after their answers get before the stores close (seconds).
     shutdown_grace_s: float = Field(default=10.0, ge=0, le=600)
+    metrics: MetricsSection = Field(default_factory=MetricsSection)
+
+    @model_validator(mode="after")
+    def _one_metrics_listener(self) -> ServerSection:
+        if self.metrics.listen is not None and self.workers > 1:
+            raise ValueError(
+                "metrics.listen: needs workers 1 (each worker process counts on its own)"
+            )
+        return self
 
 
 class KeyEntry(_Section):
@@ -311,6 +361,7 @@ __all__ = [
     "EmbeddingSection",
     "KeyEntry",
     "MemorySection",
+    "MetricsSection",
     "ServiceConfig",
     "UpstreamSection",
     "WebhookTarget",
