@@ -270,13 +270,23 @@ def memory_identity(
     return user_id, session_id
 
 
+def named_user(body: ResponseRequest, request: Request) -> str | None:
+    """The user a request names, wherever it names one; None when it names none."""
+    context_user = body.memory_context.user_id if body.memory_context else None
+    return context_user or body.user or request.headers.get(USER_HEADER) or None
+
+
 async def _previous(
-    store: ResponseStore, tenant_id: str, response_id: str | None
+    store: ResponseStore, tenant_id: str, response_id: str | None, user_id: str | None
 ) -> StoredResponse | None:
+    """The response a request continues. A chain is bound to its user: a request that names
+    another user (or names one for a chain made without) is answered as for an id that does
+    not exist, so one user's conversation is never sent upstream for another. A request
+    that names no user continues as the chain's user."""
     if response_id is None:
         return None
     previous = await asyncio.to_thread(store.get, tenant_id, response_id)
-    if previous is None:
+    if previous is None or (user_id is not None and previous.user_id != user_id):
         raise ApiError(
             404,
             f"previous_response_id: no response {response_id!r}",
@@ -429,7 +439,9 @@ async def _exchange(
 ) -> _Exchange:
     """Continue the chain with the new input messages and retrieve the user's memories (404
     for an unknown ``previous_response_id``)."""
-    previous = await _previous(store_of(request), tenant_id, body.previous_response_id)
+    previous = await _previous(
+        store_of(request), tenant_id, body.previous_response_id, named_user(body, request)
+    )
     response_id = f"resp_{new_id()}"
     user_id, session_id = memory_identity(body, request, previous, response_id)
     history = (previous.messages if previous else []) + new
