@@ -418,7 +418,12 @@ class LongTermMemory:
         ``on_conflict`` is for a memory whose user already holds its id: ``fail`` (nothing
         is stored), ``skip`` it, or ``replace`` the stored one (a new version; history keeps
         the old, and the replacements are a second write). Returns how many memories were
-        stored or replaced."""
+        stored or replaced.
+
+        An id held by anyone else (another user, or another tenant) is no conflict: the
+        memory is stored as a new one under a new id, and links to it within the import
+        follow it. Which ids others hold is not the importer's to learn, so such a line is
+        answered exactly as a line with an unused id."""
         entries = [e for e in (_parse_line(t, n) for n, t in enumerate(lines, 1)) if e]
 
         missing = [i for i, (_, v) in enumerate(entries) if v is None]
@@ -440,14 +445,30 @@ class LongTermMemory:
                     line=number,
                     field="vector",
                 )
-        stored = {} if on_conflict == "fail" else self._stored_versions(ready)
-        self.store.put([e for e in ready if e.record.id not in stored])
+        stored = self._stored_versions(ready)
+        if on_conflict == "fail" and stored:
+            raise ValidationError(f"memory {next(iter(stored))!r} already exists", field="id")
+        self._put_as_new([e for e in ready if e.record.id not in stored])
         if on_conflict == "replace" and stored:
             self.store.update(
                 [_replacing(e, stored[e.record.id]) for e in ready if e.record.id in stored]
             )
             return len(ready)
         return len(ready) - len(stored)
+
+    def _put_as_new(self, entries: builtins.list[Entry]) -> None:
+        """Store ``entries`` (none of whose ids their own user holds) atomically, each id
+        that someone else holds replaced by a new one."""
+        renamed: dict[str, str] = {}
+        while True:  # each refusal names one more id to rename; ids are unique in a store
+            try:
+                self.store.put(_renamed(entries, renamed))
+                return
+            except ValidationError as exc:
+                taken = _held_elsewhere(exc, entries, renamed)
+                if taken is None:
+                    raise
+                renamed[taken] = new_id()
 
     def _stored_versions(self, entries: Sequence[Entry]) -> dict[str, int]:
         """The stored version of each entry's id that the entry's user already holds."""
@@ -654,6 +675,36 @@ def _replacing(entry: Entry, stored_version: int) -> Change:
     return Change(
         record.model_copy(update={"metadata": metadata}), entry.vector, stored_version, "import"
     )
+
+
+def _held_elsewhere(
+    exc: ValidationError, entries: Sequence[Entry], renamed: Mapping[str, str]
+) -> str | None:
+    """The id of ``entries`` that a store's put refused as taken (every store says
+    ``memory '<id>' already exists``), or None for another refusal."""
+    if exc.field != "id":
+        return None
+    for entry in entries:
+        if entry.record.id not in renamed and exc.message == (
+            f"memory {entry.record.id!r} already exists"
+        ):
+            return entry.record.id
+    return None
+
+
+def _renamed(entries: builtins.list[Entry], renamed: Mapping[str, str]) -> builtins.list[Entry]:
+    """``entries`` with the ids in ``renamed`` replaced, in their records and their links."""
+    if not renamed:
+        return entries
+    moved = []
+    for record, vector in entries:
+        links = [
+            link.model_copy(update={"target_id": renamed.get(link.target_id, link.target_id)})
+            for link in record.relations
+        ]
+        update = {"id": renamed.get(record.id, record.id), "relations": links}
+        moved.append(Entry(record.model_copy(update=update), vector))
+    return moved
 
 
 def _parse_line(text: str, number: int) -> tuple[MemoryRecord, Any] | None:

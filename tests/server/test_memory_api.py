@@ -257,18 +257,20 @@ def test_one_tenant_cannot_touch_another_tenants_memories(service: TestClient) -
         param="record.tenant_id",
         code="wrong_tenant",
     )
-    # Nor can a line rewritten to globex reuse acme's memory id to replace acme's record.
+    # Nor can a line rewritten to globex reuse acme's memory id to replace acme's record:
+    # it is stored as a new memory of globex, answered as for an id nobody holds.
     line = json.loads(exported)
     line["record"]["tenant_id"] = "globex"
     line["record"]["content"]["raw"] = "Alice's PIN is 0000."
     reused = service.post("/v1/memory/import", content=json.dumps(line), headers=globex)
-    assert_error(reused, 400, param="id", code="validation_error")
+    assert reused.json() == {"imported": 1}
 
     still = service.get(f"/v1/memory/{memory_id}", headers=acme).json()
     assert still["content"]["raw"] == "Alice's PIN is 4321."
     assert still["metadata"]["version"] == 1
     assert still["tenant_id"] == "acme"
-    assert contents(service, globex) == []
+    assert contents(service, globex) == ["Alice's PIN is 0000."]
+    assert_error(service.get(f"/v1/memory/{memory_id}", headers=globex), 404, code="not_found")
 
 
 def test_an_import_line_without_a_tenant_lands_in_the_callers(service: TestClient) -> None:

@@ -1,6 +1,7 @@
 """The OpenAI-compatible chat proxy, ``POST /v1/chat/completions`` (SPEC A1, R1–R5, F1–F4).
 
-One request: find the memory user (``memory_context.user_id``, else ``user``, else the
+One request: refuse a message longer than a session keeps (a 400 naming it, before any
+memory work) → find the memory user (``memory_context.user_id``, else ``user``, else the
 ``X-Chatmem-User`` header) → decide, build the query, search and inject (the retrieval
 pipeline, within its time budget) → forward to the upstream model, streamed or not → return
 its answer as it came → then, off the request path, append the new turn to the session and
@@ -31,8 +32,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic import ValidationError as PydanticError
 
-from chatmem.errors import ChatmemError
-from chatmem.messages import Message, MessageMetadata, Role, SessionKey
+from chatmem.errors import ChatmemError, ValidationError
+from chatmem.messages import MAX_MESSAGE_CHARS, Message, MessageMetadata, Role, SessionKey
 from chatmem.records import MemoryType
 from chatmem.retrieval import Retrieval, insert_system
 from chatmem.server.app import ApiError, RuntimeDep, TenantDep, error_response
@@ -274,6 +275,26 @@ def system_text_name(key: SessionKey) -> str:
     return f"system/{json.dumps([key.user_id, key.session_id])}"
 
 
+def check_length(text: str, field: str) -> str:
+    """``text``, or a 400 naming ``field`` when it is longer than a session keeps a message.
+    Called before any memory work: a search through a 5 MB text costs seconds."""
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise ApiError(
+            400,
+            f"{field}: has {len(text)} characters; a message holds at most "
+            f"{MAX_MESSAGE_CHARS} characters",
+            param=field,
+            code="validation_error",
+        )
+    return text
+
+
+def check_lengths(messages: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse a request with a message longer than a session keeps, naming it."""
+    for index, message in enumerate(messages):
+        check_length(text_of(message.get("content")), f"messages[{index}].content")
+
+
 def new_turn(messages: Sequence[Mapping[str, Any]], project_id: str | None = None) -> list[Message]:
     """The messages a request adds to its session: the user turn (and the results of tools
     the assistant called) after the last assistant message (clients resend the whole
@@ -301,7 +322,7 @@ def new_turn(messages: Sequence[Mapping[str, Any]], project_id: str | None = Non
                         metadata=metadata,
                     )
                 )
-            except PydanticError as exc:  # boundary: the upstream judges it; not kept here
+            except ValidationError as exc:  # boundary: the upstream judges it; not kept here
                 logger.info("Memory: a tool result is not kept in the session: %s", exc)
     return turn
 
@@ -348,7 +369,10 @@ def turn_messages(
         except PydanticError as exc:  # boundary: a malformed call is passed on, not kept
             logger.info("Memory: the answer's tool calls are not kept: %s", exc)
     elif answer:
-        said.append(Message(role=Role.ASSISTANT, content=answer, metadata=metadata))
+        try:
+            said.append(Message(role=Role.ASSISTANT, content=answer, metadata=metadata))
+        except ValidationError as exc:  # boundary: the answer is sent; a session keeps less
+            logger.warning("Memory: the answer is not kept in the session: %s", exc)
     return said
 
 
@@ -454,6 +478,7 @@ async def chat_completions(
 ) -> Response:
     """An OpenAI chat completion, with the user's memories injected and the turn stored."""
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
+    check_lengths(messages)
     url = upstream_url(runtime, "/chat/completions")
     user_id, session_id = memory_user(body.memory_context, body.user, request)
     project_id = body.memory_context.project_id if body.memory_context else None
@@ -597,6 +622,8 @@ __all__ = [
     "MemoryContext",
     "MemoryOptions",
     "Prepared",
+    "check_length",
+    "check_lengths",
     "memory_user",
     "new_turn",
     "prepare",

@@ -52,6 +52,7 @@ from chatmem.server.chat import (
     MemoryOptions,
     Prepared,
     _collect,
+    check_length,
     new_turn,
     passthrough,
     prepare,
@@ -210,7 +211,7 @@ def input_messages(value: str | Sequence[Any]) -> list[dict[str, Any]]:
     """The request's input as chat messages (``developer`` becomes ``system``, which every
     OpenAI-compatible server knows); a 400 naming the item that is not a text message."""
     if isinstance(value, str):
-        return [{"role": "user", "content": value}]
+        return [{"role": "user", "content": check_length(value, "input")}]
     return [_message(item, f"input[{index}]") for index, item in enumerate(value)]
 
 
@@ -223,7 +224,7 @@ def _message(item: Any, where: str) -> dict[str, Any]:
     role = item.get("role")
     if role not in _INPUT_ROLES:
         raise _invalid(f"{where}.role", f"must be one of {list(_INPUT_ROLES)}")
-    content = _content(item.get("content"), f"{where}.content")
+    content = check_length(_content(item.get("content"), f"{where}.content"), f"{where}.content")
     return {"role": "system" if role == "developer" else role, "content": content}
 
 
@@ -493,7 +494,9 @@ async def create_response(
     """A model response with the user's memories injected, chained by
     ``previous_response_id``, streamed when ``stream`` is true; the turn is stored in memory
     afterwards."""
-    new = input_messages(body.input)
+    new = input_messages(body.input)  # checked before any memory work
+    if body.instructions is not None:
+        check_length(body.instructions, "instructions")
     url = upstream_url(runtime, "/chat/completions")
     exchange = await _exchange(body, new, request, runtime, tenant_id)
     client: httpx.AsyncClient = request.app.state.upstream

@@ -12,7 +12,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
@@ -27,7 +27,6 @@ from chatmem.records import (
     Page,
     TimeInfo,
     Vector,
-    to_ms,
 )
 from chatmem.strict_json import INT64_MAX, INT64_MIN
 
@@ -127,9 +126,15 @@ class Usage:
         return changed
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: A list cursor's creation time must be a moment every backend's time type holds (the
-#: years 1 to 9999, in milliseconds since the epoch); its sequence a signed 64-bit integer.
-CURSOR_MS_RANGE = (to_ms(datetime.min.replace(tzinfo=UTC)), to_ms(datetime.max.replace(tzinfo=UTC)))
+#: years 1 to 9999, in whole milliseconds since the epoch, counted exactly: ``to_ms`` goes
+#: through a float, which rounds datetime.max up into the year 10000); its sequence a signed
+#: 64-bit integer.
+CURSOR_MS_RANGE = (
+    (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1),
+    (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1),
+)
 _CURSOR = re.compile(r"(-?[0-9]{1,19}):(-?[0-9]{1,19})", re.ASCII)
 _NOT_A_CURSOR = "is not a cursor this store issued"
 
