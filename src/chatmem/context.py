@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from chatmem.caches import LRUCache, MiB
 from chatmem.messages import Message, Role
 from chatmem.tokens import (
     PER_MESSAGE,
@@ -75,18 +76,22 @@ class Packer:
     short_term_ratio: float
     render: Render
     insert_method: InsertMethod = "system"
-    cost_cache: dict[str, int] = field(default_factory=dict)
+    #: Token costs and wire shapes by message id (messages never change), each cache within
+    #: this many bytes.
+    cache_bytes: int = 16 * MiB
+    cost_cache: LRUCache[str, int] = field(init=False)
+    rendered_cache: LRUCache[str, dict[str, Any]] = field(init=False)
 
-    rendered_cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+    def __post_init__(self) -> None:
+        self.cost_cache = LRUCache(self.cache_bytes)
+        self.rendered_cache = LRUCache(self.cache_bytes)
 
     def cost(self, message: Message) -> int:
         """Tokens ``message`` costs in a request, counted once per message id."""
         cached = self.cost_cache.get(message.id)
         if cached is None:
             cached = message_tokens(self.counter, self.wire(message))
-            if len(self.cost_cache) > 50_000:
-                self.cost_cache.clear()
-            self.cost_cache[message.id] = cached
+            self.cost_cache.put(message.id, cached)
         return cached
 
     def wire(self, message: Message) -> dict[str, Any]:
@@ -94,9 +99,7 @@ class Packer:
         cached = self.rendered_cache.get(message.id)
         if cached is None:
             cached = self.render(message)
-            if len(self.rendered_cache) > 50_000:
-                self.rendered_cache.clear()
-            self.rendered_cache[message.id] = cached
+            self.rendered_cache.put(message.id, cached)
         return cached
 
     def pack(

@@ -15,12 +15,12 @@ its result, and the newest user message is never cut.
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from chatmem.caches import LRUCache, MiB, size_of
 from chatmem.condense import summarize, update_state
 from chatmem.errors import ConflictError, ValidationError
 from chatmem.llm.base import ChatModel
@@ -32,8 +32,12 @@ from chatmem.tokens import TokenCounter, default_counter
 log = logging.getLogger("chatmem.short_term")
 
 Strategy = Literal["trim", "summarize", "flush"]
-#: Sessions whose logs are kept in memory between calls.
+#: Sessions whose logs are kept in memory between calls, at most...
 LOG_CACHE_SESSIONS = 256
+#: ...and the memory those logs may take (bytes).
+LOG_CACHE_BYTES = 32 * MiB
+#: The memory the per-message token counts may take (bytes).
+TOKEN_CACHE_BYTES = 4 * MiB
 #: Receives the messages that leave the window (flush) or the session (end).
 FlushTarget = Callable[[SessionKey, list[Message]], None]
 
@@ -81,6 +85,17 @@ class Window(NamedTuple):
     start: int
 
 
+class _Log(NamedTuple):
+    """A session's log as cached: its messages, and the bytes they hold (kept as the log
+    grows, so sizing a long log costs only its new tail)."""
+
+    messages: list[Message]
+    message_bytes: int
+
+    def size(self) -> int:
+        return self.message_bytes + sys.getsizeof(self.messages)
+
+
 @dataclass
 class ShortTermMemory:
     """Sessions over one ``SessionStore``, with overflow and working state applied on append.
@@ -88,7 +103,8 @@ class ShortTermMemory:
     ``summarizer`` is the LLM for summaries and the working state (None: extractive);
     ``flush`` receives what leaves the window under the ``flush`` strategy and what a session
     hands over when it ends. ``state_every`` is how many user turns pass between updates of
-    the working state (None turns it off).
+    the working state (None turns it off). ``log_cache_bytes`` bounds the memory of the
+    session logs kept between calls (a session past it is read from the store each time).
     """
 
     store: SessionStore = field(default_factory=InMemorySessionStore)
@@ -97,17 +113,26 @@ class ShortTermMemory:
     summarizer: ChatModel | None = None
     flush: FlushTarget | None = None
     state_every: int | None = 10
-    _token_cache: dict[str, int] = field(default_factory=dict, repr=False)
-    _logs: OrderedDict[SessionKey, list[Message]] = field(default_factory=OrderedDict, repr=False)
-    _logs_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    log_cache_bytes: int = LOG_CACHE_BYTES
+    _token_cache: LRUCache[str, int] = field(
+        default_factory=lambda: LRUCache(TOKEN_CACHE_BYTES), repr=False
+    )
+    #: Per session: its log and the bytes its messages hold.
+    _logs: LRUCache[SessionKey, _Log] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._logs = LRUCache(
+            self.log_cache_bytes,
+            max_entries=LOG_CACHE_SESSIONS,
+            size=lambda key, log: size_of(key) + log.size(),
+        )
 
     def tokens(self, message: Message) -> int:
         """Tokens of a message's content, counted once per message id."""
         cached = self._token_cache.get(message.id)
         if cached is None:
-            if len(self._token_cache) > 100_000:
-                self._token_cache.clear()
-            cached = self._token_cache[message.id] = self.counter.count(message.content)
+            cached = self.counter.count(message.content)
+            self._token_cache.put(message.id, cached)
         return cached
 
     def append(self, key: SessionKey, messages: Sequence[Message]) -> int:
@@ -129,8 +154,7 @@ class ShortTermMemory:
     def clear(self, key: SessionKey) -> None:
         """Forget the session: its log and its state."""
         self.store.delete(key)
-        with self._logs_lock:
-            self._logs.pop(key, None)
+        self._logs.pop(key)
 
     def _log(self, key: SessionKey) -> list[Message]:
         """The session's log, read once and then only its new tail.
@@ -139,21 +163,18 @@ class ShortTermMemory:
         written again; its last message's id tells.
         """
         length = self.store.length(key)
-        with self._logs_lock:
-            cached = self._logs.get(key, [])
+        log = self._logs.get(key) or _Log([], 0)
+        cached = log.messages
         if cached and (
             len(cached) > length
             or self.store.read(key, len(cached) - 1, len(cached))[0].id != cached[-1].id
         ):
-            cached = []
-        if len(cached) < length:
-            cached = cached + self.store.read(key, len(cached), length)
-        with self._logs_lock:
-            self._logs[key] = cached
-            self._logs.move_to_end(key)
-            while len(self._logs) > LOG_CACHE_SESSIONS:
-                self._logs.popitem(last=False)
-        return cached
+            log = _Log([], 0)
+        if len(log.messages) < length:
+            tail = self.store.read(key, len(log.messages), length)
+            log = _Log(log.messages + tail, log.message_bytes + sum(map(size_of, tail)))
+            self._logs.put(key, log)
+        return log.messages
 
     def end(self, key: SessionKey) -> Message | None:
         """End a session: hand what was not yet handed over to ``flush``, and keep an
@@ -254,9 +275,7 @@ class ShortTermMemory:
         )
         return state.model_copy(update=update)
 
-    def _with_working_state(
-        self, state: SessionState, session_log: list[Message]
-    ) -> SessionState:
+    def _with_working_state(self, state: SessionState, session_log: list[Message]) -> SessionState:
         if not self.state_every:
             return state
         length = len(session_log)

@@ -762,6 +762,7 @@ class _SessionState:
     turns: int = 0
     last_vector: Vector | None = None
     buffer: list[Message] = field(default_factory=list)
+    buffered: int = 0
 
 
 class ExtractionScheduler:
@@ -776,6 +777,10 @@ class ExtractionScheduler:
     The topic-change trigger embeds each user message of ``min_topic_words`` words or more
     (one embedding per turn); the other triggers are string and counter checks. State is
     kept for the ``max_sessions`` most recent sessions. Thread-safe.
+
+    With ``keep_messages=False`` only the counts are kept and ``take`` hands over nothing:
+    for a caller that reads what is pending from a durable log instead (the service), so
+    a quiet session's turns are not held in memory twice.
     """
 
     def __init__(
@@ -784,8 +789,10 @@ class ExtractionScheduler:
         *,
         embedder: Embedder | None = None,
         max_sessions: int = 10_000,
+        keep_messages: bool = True,
     ) -> None:
         self.triggers = triggers or Triggers()
+        self.keep_messages = keep_messages
         self.embedder = embedder
         self.max_sessions = max_sessions
         self._sessions: OrderedDict[SessionKey, _SessionState] = OrderedDict()
@@ -805,7 +812,9 @@ class ExtractionScheduler:
         vectors = self._topic_vectors(said)
         with self._lock:
             state = self._state(key)
-            state.buffer.extend(messages)
+            if self.keep_messages:
+                state.buffer.extend(messages)
+            state.buffered += len(messages)
             state.turns += len(said)
             distance = None
             for vector in vectors:
@@ -815,7 +824,7 @@ class ExtractionScheduler:
             reason = trigger_reason(
                 self.triggers,
                 turns=state.turns,
-                buffered=len(state.buffer),
+                buffered=state.buffered,
                 explicit=any(is_explicit(m.content) for m in said),
                 distance=distance,
                 session_end=session_end,
@@ -834,7 +843,7 @@ class ExtractionScheduler:
             state = self._sessions.get(key)
             if state is None:
                 return []
-            taken, state.buffer = state.buffer, []
+            taken, state.buffer, state.buffered = state.buffer, [], 0
             return taken
 
     def forget(self, key: SessionKey) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -14,6 +13,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
 
+from chatmem.caches import LRUCache, MiB
 from chatmem.embeddings import quantize
 from chatmem.errors import EmbeddingError, ValidationError
 from chatmem.records import Vector
@@ -60,6 +60,8 @@ class LocalEmbedder:
     batches of memories); the fast query model runs on ``query_threads`` (1): for one short
     query a second thread saved 0.3-0.6 ms but cost 35 % more CPU (6.5 against 4.8 ms), and a
     service embeds many queries at once, each beside the keyword half of its own search.
+    Single texts and queries are cached: the ``cache_size`` most recent, within
+    ``cache_bytes`` (a long text counts by its length).
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class LocalEmbedder:
         threads: int | None = None,
         spin: bool = False,
         cache_size: int = 2048,
+        cache_bytes: int = 16 * MiB,
         query_model: Literal["fast", "exact"] = "fast",
         query_threads: int = 1,
     ) -> None:
@@ -85,8 +88,9 @@ class LocalEmbedder:
         self._query_model = query_model
         self._query_threads = query_threads
         self._query_session: ort.InferenceSession | None = None
-        self._cache: OrderedDict[tuple[bool, str], Vector] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache: LRUCache[tuple[bool, str], Vector] = LRUCache(
+            cache_bytes, max_entries=cache_size
+        )
         self._lock = threading.Lock()
 
     def warm(self) -> LocalEmbedder:
@@ -168,17 +172,12 @@ class LocalEmbedder:
 
     def _embed_cached(self, text: str, *, query: bool) -> Vector:
         key = (query, text)
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                return hit
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
         session = self._query() if query else None
         vector: Vector = self._embed_many([text], session)[0]
-        with self._lock:
-            self._cache[key] = vector
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+        self._cache.put(key, vector)
         return vector
 
     def _embed_many(

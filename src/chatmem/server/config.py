@@ -14,7 +14,7 @@ The file (every key optional; these are the defaults)::
       extraction_batch_size: 10           # user turns between extractions
       search_budget_ms: 50
       memory_tokens: 1000                 # budget of the injected memories
-      sessions: {store: null, idle_minutes: 30}
+      sessions: {store: null, idle_minutes: 30, log_cache_mib: 32}
       external_models: []                 # the design's list, by model_role
     upstream: {base_url: null, api_key_env: null, timeout_s: 60,
                ready_timeout_s: 2, ready_cache_s: 5}   # /readyz probes the upstream
@@ -23,6 +23,8 @@ The file (every key optional; these are the defaults)::
       port: 8080
       workers: 1
       data_dir: null
+      max_responses: 10000                # per tenant, for previous_response_id chains
+      responses_memory_mib: 64            # their memory, when there is no service database
       metrics: {enabled: true, listen: null, key_env: null}   # listen: "127.0.0.1:9464"
     auth: {anonymous_tenant: default, admin_key_env: null, keys: []}
     webhooks: {session_end: null}         # {url, secret_env, max_attempts, timeout_s}
@@ -101,6 +103,9 @@ class SessionsSection(_Section):
     idle_minutes: float = Field(default=30.0, gt=0)
     #: Messages of a session kept before the oldest are summarised (the short-term window).
     max_turns: int = Field(default=40, ge=2)
+    #: Memory for the session logs kept between requests (MiB); a session past it is read
+    #: from the store at each request instead.
+    log_cache_mib: float = Field(default=32.0, ge=0)
 
 
 class MemorySection(_Section):
@@ -202,6 +207,8 @@ class ServerSection(_Section):
     #: At a stop (SIGTERM, Ctrl-C), how long requests in flight and then the turns being
     #: stored after their answers get before the stores close (seconds).
     shutdown_grace_s: float = Field(default=10.0, ge=0, le=600)
+    #: Without a service database, the responses kept in memory take at most this (MiB).
+    responses_memory_mib: float = Field(default=64.0, gt=0)
     metrics: MetricsSection = Field(default_factory=MetricsSection)
 
     @model_validator(mode="after")

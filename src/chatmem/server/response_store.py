@@ -6,7 +6,8 @@ chain reads one row, and dropping a tenant's oldest responses never breaks a new
 A lookup always names the tenant: a response id from another tenant is simply not found.
 
 The table lives in the service database (``service.db``) with its own migrations table; a
-service without a usable database keeps responses in memory.
+service without a usable database keeps responses in memory, within ``memory_bytes`` across
+all tenants (the least recently used dropped first), since each holds a whole conversation.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chatmem.caches import LRUCache, MiB, size_of
 from chatmem.stores.sqlite import SQLiteFile
 
 MIGRATIONS_TABLE = "chatmem_responses_migrations"
@@ -57,13 +59,31 @@ class ResponseStore:
     """Responses by tenant, at most ``limit`` per tenant (the oldest dropped first), in the
     SQLite file at ``path``, or in memory when ``path`` is None."""
 
-    def __init__(self, path: str | Path | None, *, limit: int) -> None:
+    def __init__(
+        self, path: str | Path | None, *, limit: int, memory_bytes: int = 64 * MiB
+    ) -> None:
         self.limit = limit
         self._file = SQLiteFile(path) if path is not None else None
         if self._file is not None:
             self._file.migrate(MIGRATIONS, table=MIGRATIONS_TABLE)
-        self._memory: dict[str, OrderedDict[str, StoredResponse]] = {}
-        self._lock = threading.Lock()
+        #: In memory: the responses by (tenant, id) within the byte budget, and each
+        #: tenant's ids oldest first for its count limit.
+        self._memory: LRUCache[tuple[str, str], StoredResponse] = LRUCache(
+            memory_bytes, on_evict=self._evicted
+        )
+        self._order: dict[str, OrderedDict[str, None]] = {}
+        self._lock = threading.RLock()
+
+    def _evicted(self, key: tuple[str, str], response: StoredResponse) -> None:
+        with self._lock:
+            self._forget_order(*key)
+
+    def _forget_order(self, tenant_id: str, response_id: str) -> None:
+        order = self._order.get(tenant_id)
+        if order is not None:
+            order.pop(response_id, None)
+            if not order:
+                del self._order[tenant_id]
 
     @property
     def durable(self) -> bool:
@@ -72,11 +92,14 @@ class ResponseStore:
     def put(self, response: StoredResponse) -> None:
         """Keep ``response``, then drop the tenant's oldest beyond the limit."""
         if self._file is None:
+            tenant = response.tenant_id
             with self._lock:
-                kept = self._memory.setdefault(response.tenant_id, OrderedDict())
-                kept[response.response_id] = response
-                while len(kept) > self.limit:
-                    kept.popitem(last=False)
+                if self._memory.put((tenant, response.response_id), response, size_of(response)):
+                    self._order.setdefault(tenant, OrderedDict())[response.response_id] = None
+                order = self._order.get(tenant, OrderedDict())
+                while len(order) > self.limit:
+                    oldest, _ = order.popitem(last=False)
+                    self._memory.pop((tenant, oldest))
             return
         row = (
             response.response_id,
@@ -106,8 +129,7 @@ class ResponseStore:
     def get(self, tenant_id: str, response_id: str) -> StoredResponse | None:
         """The tenant's response ``response_id``; None when it has none by that id."""
         if self._file is None:
-            with self._lock:
-                return self._memory.get(tenant_id, OrderedDict()).get(response_id)
+            return self._memory.get((tenant_id, response_id))
         with self._file.read() as conn:
             row = conn.execute(
                 "SELECT response_id, tenant_id, user_id, session_id, messages, body, created_at"
@@ -124,7 +146,8 @@ class ResponseStore:
         """Forget the tenant's response ``response_id``; False when it had none."""
         if self._file is None:
             with self._lock:
-                return self._memory.get(tenant_id, OrderedDict()).pop(response_id, None) is not None
+                self._forget_order(tenant_id, response_id)
+                return self._memory.pop((tenant_id, response_id)) is not None
         deleted: int = self._file.write(
             lambda conn: (
                 conn.execute(
@@ -140,10 +163,15 @@ class ResponseStore:
         conversation behind); returns how many there were."""
         if self._file is None:
             with self._lock:
-                kept = self._memory.get(tenant_id, OrderedDict())
-                gone = [rid for rid, r in kept.items() if r.user_id == user_id]
+                gone = [
+                    rid
+                    for rid in list(self._order.get(tenant_id, ()))
+                    if (kept := self._memory.get((tenant_id, rid))) is not None
+                    and kept.user_id == user_id
+                ]
                 for rid in gone:
-                    del kept[rid]
+                    self._forget_order(tenant_id, rid)
+                    self._memory.pop((tenant_id, rid))
                 return len(gone)
         deleted: int = self._file.write(
             lambda conn: (
@@ -159,7 +187,7 @@ class ResponseStore:
         """How many responses the tenant has kept."""
         if self._file is None:
             with self._lock:
-                return len(self._memory.get(tenant_id, ()))
+                return len(self._order.get(tenant_id, ()))
         with self._file.read() as conn:
             row = conn.execute(
                 "SELECT COUNT(*) FROM responses WHERE tenant_id = ?", (tenant_id,)

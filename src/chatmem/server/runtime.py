@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chatmem.caches import MiB
 from chatmem.embeddings.base import Embedder
 from chatmem.embeddings.local import LocalEmbedder
 from chatmem.embeddings.openai import OpenAIEmbedder
@@ -113,15 +114,23 @@ class Runtime:
                 ),
                 summarizer=models.get(ModelRole.SUMMARIZATION),
                 state_every=None,
+                log_cache_bytes=round(config.memory.sessions.log_cache_mib * MiB),
             ),
             outbox=outbox,
+            # What is pending is read from the session log (queue_pending), so the
+            # scheduler keeps counts only, not a second copy of every quiet session's turns.
             scheduler=ExtractionScheduler(
-                Triggers(every_turns=config.memory.extraction_batch_size, topic_change=None)
+                Triggers(every_turns=config.memory.extraction_batch_size, topic_change=None),
+                keep_messages=False,
             ),
             metrics=metrics,
             models=models,
             webhooks=WebhookSender.from_config(config.webhooks.session_end, metrics, database),
-            responses=ResponseStore(database, limit=config.server.max_responses),
+            responses=ResponseStore(
+                database,
+                limit=config.server.max_responses,
+                memory_bytes=round(config.server.responses_memory_mib * MiB),
+            ),
             database_error=database_error,
         )
         if config.memory.enabled:
