@@ -4,6 +4,9 @@ Every fact of a batch, in order, is
 
 1. **screened**: dropped when its importance is under ``min_importance`` (0.3), its confidence
    under ``min_confidence`` (0.4), or when it reads as an instruction to the model (SPEC L9).
+   A fact accusing someone else ("User's neighbour Tom is a thief") is first rewritten as the
+   user's attributed claim, at confidence 0.4 with the ``claim`` tag
+   (:func:`chatmem.extraction.poisoning.as_claim`).
    A fact that another fact of the batch, of another type, restates (:func:`duplicates`) is
    dropped too: the more specific type is kept ("User's dog is named Pixel", a profile, over
    "User's dog's name is Pixel");
@@ -60,7 +63,7 @@ from chatmem import text as textlib
 from chatmem.details import agree, details_of
 from chatmem.errors import LLMError, ValidationError
 from chatmem.extraction.base import Fact
-from chatmem.extraction.poisoning import is_instruction_to_model
+from chatmem.extraction.poisoning import as_claim, is_instruction_to_model
 from chatmem.llm.base import ChatModel
 from chatmem.llm.jsonfix import complete_json
 from chatmem.long_term import LongTermMemory
@@ -608,6 +611,8 @@ class _Batch:
         self.touched: list[str] = []
 
     def run(self, facts: Sequence[Fact]) -> WriteReport:
+        # A claim of wrongdoing by someone else is kept as the user's word (SPEC L9).
+        facts = [as_claim(fact) for fact in facts]
         applied = self._applied_facts()
         todo: list[int] = []
         for index, fact in enumerate(facts):

@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime
 from typing import Any, NamedTuple
 
 from chatmem.extraction.base import Fact
-from chatmem.extraction.poisoning import is_instruction_to_model
+from chatmem.extraction.poisoning import as_claim, is_instruction_to_model
 from chatmem.extraction.prompts import EXTRACTION_PROMPT, MESSAGE_LINE, WITHHELD
 from chatmem.llm.base import ChatModel
 from chatmem.llm.jsonfix import complete_json
@@ -145,17 +145,19 @@ def _fact(item: Any, batch: Batch) -> Fact | None:
     if provenance is None:
         logger.warning("dropped a fact drawn only from withheld messages: %r", text)
         return None
-    return Fact(
-        text=text,
-        type=_type(item.get("type")),
-        importance=_unit(item.get("importance"), 0.5),
-        confidence=_unit(item.get("confidence"), 0.5),
-        tags=_tags(item.get("tags")),
-        structured=_structured(item.get("structured")),
-        source=Source.IMPLICIT_INFERENCE,
-        provenance=provenance,
-        subject=_subject(item.get("subject")),
-        valid_from=_valid_from(item.get("valid_from")),
+    return as_claim(
+        Fact(
+            text=text,
+            type=_type(item.get("type")),
+            importance=_unit(item.get("importance"), 0.5),
+            confidence=_unit(item.get("confidence"), 0.5),
+            tags=_tags(item.get("tags")),
+            structured=_structured(item.get("structured")),
+            source=Source.IMPLICIT_INFERENCE,
+            provenance=provenance,
+            subject=_subject(item.get("subject")),
+            valid_from=_valid_from(item.get("valid_from")),
+        )
     )
 
 

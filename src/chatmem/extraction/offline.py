@@ -9,7 +9,9 @@ as provenance. Dates said relatively ("yesterday", "next week") are resolved aga
 message's timestamp.
 
 Only user messages are read. Questions, hypotheticals, reported speech and messages aimed at
-the model (SPEC L9) yield nothing. An LLM (:class:`~chatmem.extraction.LLMExtractor`) reads
+the model (SPEC L9) yield nothing; what the user asks the assistant to do for them ("remind me
+of my meds at 8pm") is a procedural memory, and an accusation of someone else is kept only as
+the user's attributed claim. An LLM (:class:`~chatmem.extraction.LLMExtractor`) reads
 more; this one is the default because it needs nothing.
 """
 
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from chatmem.extraction.base import Fact
-from chatmem.extraction.poisoning import is_instruction_to_model
+from chatmem.extraction.poisoning import as_claim, is_instruction_to_model
 from chatmem.extraction.rules import Draft, Sentence, drafts
 from chatmem.messages import Message, Role
 from chatmem.records import Source, from_ms
@@ -121,17 +123,19 @@ def _fact(draft: Draft, message_id: str) -> Fact:
     if draft.when is not None:
         day = draft.when.start
         valid_from = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    return Fact(
-        text=draft.text,
-        type=draft.type,
-        importance=draft.importance,
-        confidence=draft.confidence,
-        tags=draft.tags,
-        structured=dict(draft.structured),
-        source=Source.EXPLICIT_USER_INPUT,
-        provenance=(message_id,),
-        subject=draft.subject,
-        valid_from=valid_from,
+    return as_claim(
+        Fact(
+            text=draft.text,
+            type=draft.type,
+            importance=draft.importance,
+            confidence=draft.confidence,
+            tags=draft.tags,
+            structured=dict(draft.structured),
+            source=Source.EXPLICIT_USER_INPUT,
+            provenance=(message_id,),
+            subject=draft.subject,
+            valid_from=valid_from,
+        )
     )
 
 

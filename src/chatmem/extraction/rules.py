@@ -525,6 +525,41 @@ def _wish(match: re.Match[str], sentence: Sentence) -> Draft | None:
     return sentence.event(draft, future=True)
 
 
+def _request(match: re.Match[str], sentence: Sentence) -> Draft | None:
+    """How the user asks the assistant to treat them ("always use metric units for me",
+    "remind me to take my meds at 8pm"): a preference of theirs (SPEC L9 keeps these)."""
+    what = _REQUEST_CUT.split(sentence.obj(match))[0]
+    what = _YOUR_WORD.sub("its", what).strip(" ,")
+    words = _WORD.findall(what.lower())
+    if not words or len(words) > 18 or not _SECOND_PERSON.isdisjoint(words):
+        return None
+    verb = match.group("verb").lower()
+    if verb == "remind":
+        text = f"User wants to be reminded {_REMINDED.sub('', what)}"
+    else:
+        never = "never " if match.group("neg") else ""
+        text = f"User wants the assistant to {never}{verb} {what}"
+    return Draft(
+        text,
+        MemoryType.PROCEDURAL,
+        f"request: {verb} {words[0]}",
+        ("request",),
+        confidence=0.6,
+        importance=0.6,
+        structured={"request": f"{verb} {what}"},
+    )
+
+
+# The request stops where a clause about something else begins ("… when you talk to me").
+_REQUEST_CUT = re.compile(r"\s+(?:when|whenever|while|as|because|since|if)\b|,\s+", _FLAGS)
+_YOUR_WORD = re.compile(r"\byour\b", _FLAGS)
+_REMINDED = re.compile(r"^them\s+", _FLAGS)
+_REQUEST_VERBS = (
+    "remind use give show answer reply write talk speak respond address keep explain "
+    "translate check recommend suggest spell assume cite"
+)
+
+
 def _plan(match: re.Match[str], sentence: Sentence) -> Draft | None:
     what = sentence.obj(match, future=True)
     if _skippable(what) or _TRIVIAL_PLAN.match(what):
@@ -888,6 +923,12 @@ RULES: tuple[Rule, ...] = (
           "vegan", "pescatarian", "gluten", "lactose", "teetotal", "sober"),
     _rule("profile", rf"(?:{_IM}|\band\s+(?:also\s+|am\s+)?)(?:(?:very|severely|really|"
           rf"deathly)\s+)?allergic\s+to\s+{_OBJECT}", _allergy, "allergic"),
+    _rule("request", r"^\W*(?:(?:from\s+now\s+on|going\s+forward|from\s+today\s+on)[,\s]+)?"
+          r"(?:please[,\s]+)?(?:(?:you\s+(?:must|should|have\s+to|need\s+to|will)|i\s+want\s+"
+          r"you\s+to|i'd\s+like\s+you\s+to)\s+)?(?:please\s+)?(?:always\s+|(?P<neg>never\s+|"
+          r"(?:don't|do\s+not)\s+(?:ever\s+)?))?(?:please\s+)?(?P<verb>"
+          + "|".join(_REQUEST_VERBS.split()) + rf")\s+{_OBJECT}", _request,
+          *_REQUEST_VERBS.split()),
     _rule("plan", rf"\b{_WHO_BE}{_ADVERBS}(?P<verb>going\s+to|gonna|planning(?:\s+to|\s+on)?|"
           rf"about\s+to|preparing\s+to|thinking\s+(?:about|of)|hoping\s+to|scheduled\s+to|"
           rf"looking\s+forward\s+to)\s+{_OBJECT}", _plan, "going", "gonna", "planning",
