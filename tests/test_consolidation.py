@@ -205,3 +205,38 @@ def test_a_model_words_every_insight_in_one_call(memory: LongTermMemory) -> None
     assert texts["tag:outdoors"].startswith("Recurring theme")  # not answered: extractive
     with pytest.raises(ValidationError):
         reflect(memory, "anna", min_evidence=1)
+
+
+# -- access control (SPEC L7) ----------------------------------------------------------------
+
+
+def test_consolidation_never_merges_memories_open_to_different_readers(
+    memory: LongTermMemory,
+) -> None:
+    store(memory, *HIKING[:2])
+    store(memory, *HIKING[2:], access_control={"allowed_roles": ["hr"]})
+    summaries = consolidate(memory, "anna", min_cluster=2)
+    assert len(summaries) == 2
+    by_roles = {tuple(s.access_control.allowed_roles): s for s in summaries}
+    assert set(by_roles) == {(), ("hr",)}
+    open_summary = by_roles[()].content.raw
+    assert all(text not in open_summary for text in HIKING[2:])
+    assert all(text in by_roles[("hr",)].content.raw for text in HIKING[2:])
+    # A reader without the role finds no trace of the restricted memories.
+    readable = memory.list(Filter(user_id="anna", reader_roles=frozenset()), limit=100).records
+    assert not any(text in r.content.raw for r in readable for text in HIKING[2:])
+
+
+def test_reflection_keeps_each_insight_to_the_readers_of_its_evidence(
+    memory: LongTermMemory,
+) -> None:
+    store(memory, *HIKING[:3], metadata={"tags": ["hiking"]})
+    store(memory, *HIKING, access_control={"allowed_roles": ["hr"]}, metadata={"tags": ["hiking"]})
+    insights = reflect(memory, "anna", min_evidence=3)
+    assert insights
+    for insight in insights:
+        evidence = memory.store.get(
+            [r.target_id for r in insight.relations], Filter(tenant_id="default")
+        )
+        roles = {tuple(r.access_control.allowed_roles) for r in evidence}
+        assert roles == {tuple(insight.access_control.allowed_roles)}

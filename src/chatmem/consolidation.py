@@ -19,6 +19,11 @@ answerable with ``Filter(valid_at=<before>)``, and nothing is deleted. With
 ``related_to`` its evidence; the model, when given, words all insights in one call
 (:data:`REFLECTION_PROMPT`). A pattern already reflected on with the same evidence is not
 written again; new evidence updates the insight (version + 1).
+
+Neither mixes readers (SPEC L7): memories are clustered, and patterns found, only among
+memories open to the same roles (``access_control.allowed_roles``), and what is written
+from them keeps those roles, so a summary or an insight never shows a reader a memory's
+words that the memory itself would not.
 """
 
 from __future__ import annotations
@@ -233,9 +238,9 @@ def consolidate(
         for r in _current(long_term, scope, moment, max_memories)
         if r.type is not MemoryType.REFLECTIVE and SUMMARY_KEY not in r.user_metadata
     ]
-    by_type: dict[MemoryType, list[MemoryRecord]] = defaultdict(list)
+    by_type: dict[tuple[MemoryType, _Readers], list[MemoryRecord]] = defaultdict(list)
     for record in records:
-        by_type[record.type].append(record)
+        by_type[record.type, _readers(record)].append(record)
     written: list[MemoryRecord] = []
     for group in by_type.values():
         vectors = long_term.store.vectors([r.id for r in group], scope)
@@ -326,6 +331,7 @@ def _summary_record(
             # Valid from when it replaces its sources, so a look at an earlier moment sees them.
             "time": {"created_at": now, "updated_at": now, "valid_from": now},
             "relations": [{"type": RelationType.RELATED_TO, "target_id": r.id} for r in cluster],
+            "access_control": lead.access_control.model_dump(),
             "provenance": _provenance(cluster),
             "user_metadata": {
                 SUMMARY_KEY: len(cluster),
@@ -333,6 +339,14 @@ def _summary_record(
             },
         }
     )
+
+
+#: Who may read a memory: its roles, sorted (empty: every reader of the user).
+_Readers = tuple[str, ...]
+
+
+def _readers(record: MemoryRecord) -> _Readers:
+    return tuple(sorted(set(record.access_control.allowed_roles)))
 
 
 def _as_part_of(source: MemoryRecord, summary_id: str, close: bool, now: datetime) -> MemoryRecord:
@@ -394,20 +408,29 @@ def reflect(
     scope = Filter(tenant_id=tenant_id, user_id=user_id)
     current = _current(long_term, scope, moment, max_memories)
     existing = {
-        r.user_metadata.get(PATTERN_KEY): r for r in current if r.type is MemoryType.REFLECTIVE
+        (_readers(r), r.user_metadata.get(PATTERN_KEY)): r
+        for r in current
+        if r.type is MemoryType.REFLECTIVE
     }
     sources = [r for r in current if r.type is not MemoryType.REFLECTIVE]
     by_id = {r.id: r for r in sources}
-    patterns = [
-        p
-        for p in find_patterns(sources, min_evidence, max_patterns)
-        if not _unchanged(existing.get(p.key), p)
-    ]
-    texts = _insights(patterns, by_id, model, prompt)
-    written = [
-        _write_insight(long_term, p, texts[p.key], by_id, existing.get(p.key), model, moment)
-        for p in patterns
-    ]
+    by_readers: dict[_Readers, list[MemoryRecord]] = defaultdict(list)
+    for record in sources:
+        by_readers[_readers(record)].append(record)
+    written = []
+    for readers, group in by_readers.items():
+        patterns = [
+            p
+            for p in find_patterns(group, min_evidence, max_patterns)
+            if not _unchanged(existing.get((readers, p.key)), p)
+        ]
+        texts = _insights(patterns, by_id, model, prompt)
+        written += [
+            _write_insight(
+                long_term, p, texts[p.key], by_id, existing.get((readers, p.key)), model, moment
+            )
+            for p in patterns
+        ]
     logger.info("reflected %d pattern(s) of user %s", len(written), user_id)
     return written
 
@@ -477,6 +500,7 @@ def _write_insight(
                 **fields,
                 "tenant_id": lead.tenant_id,
                 "user_id": lead.user_id,
+                "access_control": lead.access_control.model_dump(),
                 "metadata": meta,
                 "time": {"created_at": now, "updated_at": now},
             }

@@ -9,7 +9,7 @@ import builtins
 import functools
 import json
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import IO, Any, Concatenate, Literal, ParamSpec, TypeVar
@@ -291,7 +291,7 @@ class LongTermMemory:
         reason: str | None = None,
     ) -> None:
         """Forget one memory (its history stays). Raises NotFoundError if it is not there."""
-        scope = self._scope(tenant_id, user_id, ids=(memory_id,))
+        scope = self._scope(tenant_id, user_id).model_copy(update={"ids": (memory_id,)})
         if not self.store.delete(scope, reason):
             raise NotFoundError(memory_id)
 
@@ -355,10 +355,16 @@ class LongTermMemory:
         return results[:k]
 
     def get(
-        self, memory_id: str, *, tenant_id: str = "default", user_id: str | None = None
+        self,
+        memory_id: str,
+        *,
+        tenant_id: str = "default",
+        user_id: str | None = None,
+        roles: Collection[str] | None = None,
     ) -> MemoryRecord:
-        """One memory by id (raises NotFoundError if it is not visible in that scope)."""
-        found = self.store.get([memory_id], self._scope(tenant_id, user_id))
+        """One memory by id (raises NotFoundError if it is not visible in that scope, or
+        to a reader holding ``roles``: see ``Filter.reader_roles``)."""
+        found = self.store.get([memory_id], self._scope(tenant_id, user_id, roles))
         if not found:
             raise NotFoundError(memory_id)
         return found[0]
@@ -372,11 +378,20 @@ class LongTermMemory:
         return self.store.count(scope)
 
     def history(
-        self, memory_id: str, *, tenant_id: str = "default", user_id: str | None = None
+        self,
+        memory_id: str,
+        *,
+        tenant_id: str = "default",
+        user_id: str | None = None,
+        roles: Collection[str] | None = None,
     ) -> builtins.list[HistoryEntry]:
-        """Every version of a memory, oldest first, its deletion included."""
-        entries = self.store.history(memory_id, self._scope(tenant_id, user_id))
-        if not entries:
+        """Every version of a memory, oldest first, its deletion included. A memory whose
+        latest version a reader holding ``roles`` may not see is not found for that reader,
+        nor is one any version of which named roles the reader lacks."""
+        scope = self._scope(tenant_id, user_id, roles)
+        entries = self.store.history(memory_id, scope)
+        versions = [r for e in entries for r in (e.old, e.new) if r is not None]
+        if not entries or not all(scope.may_read(r) for r in versions):
             raise NotFoundError(memory_id)
         return entries
 
@@ -505,8 +520,10 @@ class LongTermMemory:
         self.close()
 
     @staticmethod
-    def _scope(tenant_id: str, user_id: str | None, **narrow: Any) -> Filter:
-        return Filter.checked({"tenant_id": tenant_id, "user_id": user_id, **narrow}, "filter")
+    def _scope(tenant_id: str, user_id: str | None, roles: Collection[str] | None = None) -> Filter:
+        readers = frozenset(roles) if roles is not None else None
+        fields = {"tenant_id": tenant_id, "user_id": user_id, "reader_roles": readers}
+        return Filter.checked(fields, "filter")
 
 
 class _Message:
@@ -582,7 +599,7 @@ def _message(item: MessageLike, field: str) -> _Message:
     if isinstance(item, str):
         return _Message(None, item, None, None, None, {}, field=field)
     role = item.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:  # a list or dict cannot be looked up
         raise ValidationError(
             f"role must be one of {sorted(ROLES)}, got {role!r}", field=f"{field}.role"
         )
@@ -622,7 +639,9 @@ def _text_of(content: Any, field: str) -> str:
         texts = [
             p.get("text")
             for p in content
-            if isinstance(p, Mapping) and p.get("type") in TEXT_PART_TYPES
+            if isinstance(p, Mapping)
+            and isinstance(p.get("type"), str)
+            and p.get("type") in TEXT_PART_TYPES
         ]
         return "\n".join(t for t in texts if isinstance(t, str) and t)
     raise ValidationError("must be a text, null or a list of content parts", field=field)

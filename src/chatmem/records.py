@@ -235,6 +235,12 @@ class Filter(_Checked):
 
     ``tenant_id`` always applies. Searches and per-user operations also need ``user_id``;
     ``metadata`` matches ``user_metadata`` keys by equality.
+
+    ``reader_roles`` is who reads (SPEC L7): the roles of the caller. With it set, a memory
+    whose ``access_control.allowed_roles`` is not empty matches only when the caller holds
+    one of those roles; an empty set reads unrestricted memories only. None (the library's
+    own, trusted caller, and the admin) reads everything. Every store applies it in its
+    query, so every read path that builds its filter from the caller gets the check.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -252,6 +258,7 @@ class Filter(_Checked):
     #: Only memories valid at this moment (valid_from <= t < valid_to, open ends allowed).
     valid_at: datetime | None = None
     metadata: dict[str, JsonScalar] | None = None
+    reader_roles: frozenset[NonEmpty] | None = None
 
     @field_validator("metadata")
     @classmethod
@@ -288,8 +295,14 @@ class Filter(_Checked):
             self.created_before is None or record.time.created_at < self.created_before,
             self.valid_at is None or _valid_at(record.time, self.valid_at),
             all(record.user_metadata.get(k) == v for k, v in (self.metadata or {}).items()),
+            self.may_read(record),
         )
         return all(checks)
+
+    def may_read(self, record: MemoryRecord) -> bool:
+        """Whether the reader (``reader_roles``) may see ``record`` (SPEC L7)."""
+        allowed = record.access_control.allowed_roles
+        return self.reader_roles is None or not allowed or not self.reader_roles.isdisjoint(allowed)
 
 
 def _valid_at(time: TimeInfo, moment: datetime) -> bool:

@@ -701,11 +701,13 @@ def search(
     include_superseded: bool = False,
     project_id: str | None = None,
     session_id: str | None = None,
+    roles: Collection[str] | None = None,
 ) -> list[RetrievedMemory]:
     """Hybrid search of one user's memories, reranked (R3): the best ``k`` whose
     normalised relevance (not the final score; see the module docstring) is at least
     ``threshold``. ``types`` keeps those types, ``project_id`` and ``session_id`` that
-    project's or session's memories;
+    project's or session's memories, ``roles`` those a reader holding them may see
+    (``Filter.reader_roles``; None: all);
     ``since`` / ``until`` bound ``created_at`` (``since`` <= created_at < ``until``).
 
     Memories superseded by ``now`` (``valid_to`` passed) are left out, as long-term memory
@@ -721,6 +723,7 @@ def search(
             "session_id": session_id,
             "created_after": since,
             "created_before": until,
+            "reader_roles": frozenset(roles) if roles is not None else None,
         },
         "filter",
     )
@@ -767,15 +770,20 @@ def expand(
     types: Collection[RelationType] = LINK_TYPES,
     now: datetime | None = None,
     limit: int = MAX_LINKED,
+    roles: Collection[str] | None = None,
 ) -> list[RetrievedMemory]:
     """The memories that ``results`` link to (``types``), ``hops`` links away at most, read
     within the same tenant and user only; those not already in ``results``, at most
-    ``limit``. The target of an ``updates`` link, or of a ``contradicts`` link from a newer
-    memory, is marked superseded."""
+    ``limit``, and only those a reader holding ``roles`` may see (None: all). The target
+    of an ``updates`` link, or of a ``contradicts`` link from a newer memory, is marked
+    superseded."""
     if hops < 0 or limit < 0:
         raise ValidationError("hops and limit must be 0 or more", field="hops")
     moment = now or utcnow()
-    scope = Filter.checked({"tenant_id": tenant_id, "user_id": user_id}, "filter")
+    readers = frozenset(roles) if roles is not None else None
+    scope = Filter.checked(
+        {"tenant_id": tenant_id, "user_id": user_id, "reader_roles": readers}, "filter"
+    )
     seen = {m.record.id for m in results}
     frontier = list(results)
     linked: list[RetrievedMemory] = []
@@ -786,7 +794,7 @@ def expand(
         records = long_term.store.get(list(wanted), scope)
         frontier = []
         for record in records:
-            if record.user_id != user_id or record.tenant_id != tenant_id:
+            if not scope.matches(record):
                 continue  # the store filtered already; never trust one layer alone (L7)
             source, kind = wanted[record.id]
             item = _linked(record, source, kind, moment)
@@ -1069,8 +1077,8 @@ class Retrieval:
     degraded: str | None = None
 
 
-#: What a search is narrowed to besides its user: memory types and a project.
-_Narrow = tuple[Collection[MemoryType] | None, str | None]
+#: What a search is narrowed to: types, project, and the reader's roles (None: all).
+_Narrow = tuple[Collection[MemoryType] | None, str | None, frozenset[str] | None]
 
 
 class _Found(NamedTuple):
@@ -1168,13 +1176,22 @@ class Retriever:
         k: int | None = None,
         threshold: float | None = None,
         project_id: str | None = None,
+        roles: Collection[str] | None = None,
     ) -> Retrieval:
         """Decide, build the query, search, expand, inject and record the use, for one
-        request of ``user_id`` (within ``project_id`` when given); ``k`` and ``threshold``
-        override the retriever's for this request. Never raises for a failing store or
-        embedder (F2)."""
+        request of ``user_id`` (within ``project_id`` when given) by a reader holding
+        ``roles`` (only memories open to them are found, followed or injected; None: the
+        trusted caller, who reads all); ``k`` and ``threshold`` override the retriever's for
+        this request. Never raises for a failing store or embedder (F2)."""
+        readers = frozenset(roles) if roles is not None else None
         Filter.checked(
-            {"tenant_id": tenant_id, "user_id": user_id, "project_id": project_id}, "filter"
+            {
+                "tenant_id": tenant_id,
+                "user_id": user_id,
+                "project_id": project_id,
+                "reader_roles": readers,
+            },
+            "filter",
         )
         limits = (self.k if k is None else k, self.threshold if threshold is None else threshold)
         _check_search(*limits)
@@ -1185,7 +1202,8 @@ class Retriever:
             return self._done(decision, None, messages, timings, began)
         query = _timed(timings, "query", lambda: self._query(messages))
         moment = now or utcnow()
-        outcome = self._search(query, user_id, tenant_id, (types, project_id), moment, limits)
+        narrow = (types, project_id, readers)
+        outcome = self._search(query, user_id, tenant_id, narrow, moment, limits)
         if isinstance(outcome, str):
             timings["search"] = (time.perf_counter() - began) * 1000 - sum(timings.values())
             return self._done(decision, query, messages, timings, began, degraded=outcome)
@@ -1285,7 +1303,7 @@ class Retriever:
         limits: tuple[int, float],
     ) -> _Found:
         began = time.perf_counter()
-        types, project_id = narrow
+        types, project_id, roles = narrow
         hits = search(
             self.long_term,
             query,
@@ -1295,6 +1313,7 @@ class Retriever:
             threshold=limits[1],
             types=types,
             project_id=project_id,
+            roles=roles,
             weights=self.weights,
             now=now,
         )
@@ -1309,6 +1328,7 @@ class Retriever:
                 hops=self.hops,
                 types=self.link_types,
                 now=now,
+                roles=roles,
             )
         ended = time.perf_counter()
         return _Found(hits, linked, (searched - began) * 1000, (ended - searched) * 1000)

@@ -248,7 +248,10 @@ def _filter_fixture(store: MemoryStore, tenant: str) -> list[MemoryRecord]:
                         "lang": "en" if i % 2 else "fr",
                         "rank": i % 4,
                         "flag": i % 3 == 0,
+                        # A look-alike of the roles field, which must not count as one.
+                        **({"allowed_roles": "hr"} if i % 3 == 2 else {}),
                     },
+                    access_control={"allowed_roles": ROLES[i % len(ROLES)]},
                 ),
                 unit(1, i / 12),
             )
@@ -256,8 +259,16 @@ def _filter_fixture(store: MemoryStore, tenant: str) -> list[MemoryRecord]:
     return put(store, *rows)
 
 
+#: The roles of the filter fixture's memories, by turn: open, one role, two roles.
+ROLES: list[list[str]] = [[], ["hr"], [], ["hr", "legal"], ["ops"]]
+
 FILTERS: list[dict[str, Any]] = [
     {},
+    {"reader_roles": frozenset()},
+    {"reader_roles": frozenset({"hr"})},
+    {"reader_roles": frozenset({"legal", "sales"})},
+    {"reader_roles": frozenset({"ops"}), "types": frozenset({MemoryType.EPISODIC})},
+    {"reader_roles": frozenset({"hr"}), "metadata": {"lang": "fr"}},
     {"types": frozenset({MemoryType.EPISODIC})},
     {"types": frozenset({MemoryType.SEMANTIC, MemoryType.PREFERENCE}), "session_id": "s1"},
     {"scopes": frozenset({Scope.SHARED})},

@@ -34,7 +34,7 @@ from chatmem.errors import (
     StoreError,
     ValidationError,
 )
-from chatmem.server.auth import KEY_PREFIX, Principal
+from chatmem.server.auth import KEY_PREFIX, Principal, Reader
 from chatmem.server.config import ServiceConfig
 from chatmem.server.runtime import Runtime
 
@@ -47,12 +47,21 @@ class ApiError(Exception):
     """An error answered as JSON with ``status``."""
 
     def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry: bool = True,
     ) -> None:
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        #: False for an error no retry can mend (a 5xx of configuration): the answer tells
+        #: clients so (``x-should-retry: false``, which the OpenAI SDKs obey).
+        self.retry = retry
         super().__init__(message)
 
 
@@ -159,6 +168,15 @@ async def tenant_of(request: Request, principal: PrincipalDep) -> str:
 TenantDep = Annotated[str, Depends(tenant_of)]
 
 
+async def reader_of(principal: PrincipalDep, tenant_id: TenantDep) -> Reader:
+    """Whose memories a request reads and with which roles: the tenant it acts for, and
+    the key's roles (the admin's: all)."""
+    return Reader(tenant_id, principal.reader_roles)
+
+
+ReaderDep = Annotated[Reader, Depends(reader_of)]
+
+
 async def require_admin(principal: PrincipalDep) -> Principal:
     if not principal.is_admin:
         raise ApiError(403, "this needs the admin key", code="admin_only")
@@ -182,7 +200,10 @@ MemoryRuntimeDep = Annotated[Runtime, Depends(require_memory)]
 def _register_errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.message, param=exc.param, code=exc.code)
+        answer = error_response(exc.status, exc.message, param=exc.param, code=exc.code)
+        if not exc.retry:
+            answer.headers["x-should-retry"] = "false"
+        return answer
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

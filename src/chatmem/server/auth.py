@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chatmem.errors import NotFoundError, ValidationError
-from chatmem.records import new_id
+from chatmem.records import Filter, new_id
 from chatmem.stores.sqlite import SQLiteFile
 
 KEY_PREFIX = "cm-"
@@ -59,6 +59,26 @@ class Principal:
     def may_read(self, allowed_roles: list[str]) -> bool:
         """A memory that names roles is read only by keys holding one of them."""
         return not allowed_roles or self.is_admin or bool(self.roles.intersection(allowed_roles))
+
+    @property
+    def reader_roles(self) -> frozenset[str] | None:
+        """The roles this caller reads memories with (``Filter.reader_roles``): the key's,
+        or None for the admin, who reads every memory of the tenant it names."""
+        return None if self.is_admin else self.roles
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Whose memories a request reads, and with which roles (SPEC L7): every read of the
+    service builds its filter here, so none can leave the roles out."""
+
+    tenant_id: str
+    roles: frozenset[str] | None
+
+    def filter(self, **narrow: Any) -> Filter:
+        """The filter of this reader's tenant and roles, narrowed by ``narrow``."""
+        fields = {**narrow, "tenant_id": self.tenant_id, "reader_roles": self.roles}
+        return Filter.checked(fields)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from chatmem.errors import ChatmemError, ValidationError
 from chatmem.messages import MAX_MESSAGE_CHARS, Message, MessageMetadata, Role, SessionKey
 from chatmem.records import MemoryType
 from chatmem.retrieval import Retrieval, insert_system
-from chatmem.server.app import ApiError, RuntimeDep, TenantDep, error_response
+from chatmem.server.app import ApiError, ReaderDep, RuntimeDep, error_response
+from chatmem.server.auth import Reader
 from chatmem.server.runtime import Runtime
 
 logger = logging.getLogger("chatmem.server.chat")
@@ -173,22 +174,23 @@ def memory_user(
 
 async def prepare(
     runtime: Runtime,
-    tenant_id: str,
+    reader: Reader,
     user_id: str | None,
     session_id: str,
     messages: list[dict[str, Any]],
     options: MemoryOptions | None,
     project_id: str | None = None,
 ) -> Prepared:
-    """Retrieve and inject for one request (within ``project_id``'s memories when given);
-    never raises for memory's sake (F2, F4)."""
+    """Retrieve and inject for one request of ``reader`` (its tenant; only memories its
+    roles open), within ``project_id``'s memories when given; never raises for memory's
+    sake (F2, F4)."""
     options = options or MemoryOptions()
     auto_store = (
         runtime.config.memory.auto_store if options.auto_store is None else options.auto_store
     )
     if user_id is None:
         return Prepared(messages, "off", "no memory user (memory_context, user or X-Chatmem-User)")
-    key = SessionKey(tenant_id, user_id, session_id)
+    key = SessionKey(reader.tenant_id, user_id, session_id)
     if not options.enabled:
         return Prepared(messages, "off", "memory_config.enabled is false")
     prepared = Prepared(
@@ -196,7 +198,9 @@ async def prepare(
     )
     began = time.perf_counter()
     # One trip to a worker thread for both the session's system memory and the search.
-    sent, found = await asyncio.to_thread(_recall, runtime, key, messages, options, project_id)
+    sent, found = await asyncio.to_thread(
+        _recall, runtime, key, messages, options, project_id, reader.roles
+    )
     prepared.messages = sent
     if found is None:
         prepared.reason = runtime.memory_error or "memory is off"
@@ -237,7 +241,8 @@ def _recall(
     key: SessionKey,
     messages: list[dict[str, Any]],
     options: MemoryOptions,
-    project_id: str | None = None,
+    project_id: str | None,
+    roles: frozenset[str] | None,
 ) -> tuple[list[dict[str, Any]], Retrieval | str | None]:
     """The messages with the session's system memory, and what retrieval made of them (None:
     memory is off; a string: why retrieval refused the request)."""
@@ -255,6 +260,7 @@ def _recall(
             k=options.retrieval_limit,
             threshold=options.similarity_threshold,
             project_id=project_id,
+            roles=roles,
         )
     except ChatmemError as exc:  # boundary: bad ids or options; memory is left out (F4)
         logger.warning("Memory: retrieval refused, going on without memory: %s", exc)
@@ -435,7 +441,11 @@ def upstream_url(runtime: Runtime, path: str) -> str:
     base = runtime.config.upstream.base_url
     if base is None:
         raise ApiError(
-            503, "no upstream model is configured (upstream.base_url)", code="no_upstream"
+            503,
+            "no upstream model is configured: start chatmem serve with --upstream URL (or "
+            "--scripted-upstream, a stand-in that needs no model), or set upstream.base_url",
+            code="no_upstream",
+            retry=False,
         )
     return f"{base}{path}"
 
@@ -474,7 +484,7 @@ async def chat_completions(
     body: Annotated[ChatRequest, Body()],
     request: Request,
     runtime: RuntimeDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
 ) -> Response:
     """An OpenAI chat completion, with the user's memories injected and the turn stored."""
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
@@ -483,7 +493,7 @@ async def chat_completions(
     user_id, session_id = memory_user(body.memory_context, body.user, request)
     project_id = body.memory_context.project_id if body.memory_context else None
     prepared = await prepare(
-        runtime, tenant_id, user_id, session_id, messages, body.memory_config, project_id
+        runtime, reader, user_id, session_id, messages, body.memory_config, project_id
     )
     payload = body.model_dump(exclude_unset=True, exclude={"memory_context", "memory_config"})
     payload["messages"] = prepared.messages

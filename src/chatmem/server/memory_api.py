@@ -2,7 +2,7 @@
 
 Create, read, search, update, list, history, export and import of long-term memories, and
 forgetting one memory or a whole user. Every route acts in the tenant of the caller's key
-(``TenantDep``); ids in the body or the query only narrow within it, so another tenant's ids
+(``ReaderDep``); ids in the body or the query only narrow within it, so another tenant's ids
 answer 404 exactly as ids that do not exist. A memory whose ``access_control.allowed_roles``
 is not empty is visible only to keys holding one of those roles: hidden from get, list,
 search, history and export, and answered 404 to update and delete.
@@ -20,18 +20,17 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from chatmem.errors import NotFoundError, ValidationError
+from chatmem.errors import ValidationError
 from chatmem.long_term import LongTermMemory
 from chatmem.records import (
     MAX_TEXT_CHARS,
-    Filter,
     HistoryEntry,
     MemoryRecord,
     MemoryType,
     SearchResult,
 )
-from chatmem.server.app import ApiError, MemoryRuntimeDep, PrincipalDep, TenantDep
-from chatmem.server.auth import Principal
+from chatmem.server.app import ApiError, MemoryRuntimeDep, ReaderDep, TenantDep
+from chatmem.server.auth import Reader
 
 router = APIRouter(prefix="/v1/memory", tags=["memory"])
 
@@ -41,8 +40,6 @@ JSONL = "application/x-ndjson"
 MAX_IMPORT_BYTES = 64 * 1024 * 1024
 #: The route that reads JSON lines (the request guard checks each line).
 IMPORT_PATH = "/v1/memory/import"
-#: The most results a role-filtered search asks the store for while filling ``k``.
-MAX_SEARCH_FETCH = 400
 
 Id = Annotated[str, Field(min_length=1, max_length=256)]
 Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
@@ -167,22 +164,11 @@ def long_term_of(runtime: MemoryRuntimeDep) -> LongTermMemory:
 LongTermDep = Annotated[LongTermMemory, Depends(long_term_of)]
 
 
-def visible(principal: Principal, record: MemoryRecord) -> bool:
-    return principal.may_read(record.access_control.allowed_roles)
-
-
 def visible_record(
-    memory: LongTermMemory,
-    principal: Principal,
-    memory_id: str,
-    tenant_id: str,
-    user_id: str | None,
+    memory: LongTermMemory, reader: Reader, memory_id: str, user_id: str | None
 ) -> MemoryRecord:
-    """The record, or NotFoundError when it is absent or hidden from ``principal``."""
-    record = memory.get(memory_id, tenant_id=tenant_id, user_id=user_id)
-    if not visible(principal, record):
-        raise NotFoundError(memory_id)
-    return record
+    """The record, or NotFoundError when it is absent or hidden from ``reader``."""
+    return memory.get(memory_id, tenant_id=reader.tenant_id, user_id=user_id, roles=reader.roles)
 
 
 # Fixed paths come before /{memory_id}, which would otherwise take "export" as an id.
@@ -195,24 +181,15 @@ def visible_record(
 )
 def export_memories(
     memory: LongTermDep,
-    principal: PrincipalDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
     user_id: IdQuery,
     project_id: OptionalIdQuery = None,
 ) -> Response:
     """A user's memories as JSON lines (record and vector), for ``POST /v1/memory/import``."""
-    scope = Filter.checked({"tenant_id": tenant_id, "user_id": user_id, "project_id": project_id})
     out = io.StringIO()
-    memory.export_jsonl(scope, out)
-    lines = [line for line in out.getvalue().splitlines() if _exportable(principal, line)]
-    body = "".join(line + "\n" for line in lines)
-    disposition = f'attachment; filename="memories-{len(lines)}.jsonl"'
-    return Response(body, media_type=JSONL, headers={"Content-Disposition": disposition})
-
-
-def _exportable(principal: Principal, line: str) -> bool:
-    roles = json.loads(line)["record"]["access_control"]["allowed_roles"]
-    return principal.may_read(roles)
+    written = memory.export_jsonl(reader.filter(user_id=user_id, project_id=project_id), out)
+    disposition = f'attachment; filename="memories-{written}.jsonl"'
+    return Response(out.getvalue(), media_type=JSONL, headers={"Content-Disposition": disposition})
 
 
 @router.post(
@@ -267,33 +244,21 @@ def in_tenant(lines: Sequence[str], tenant_id: str) -> list[str]:
 
 
 @router.post("/search", responses=_UNAVAILABLE)
-def search_memories(
-    body: SearchMemories, memory: LongTermDep, principal: PrincipalDep, tenant_id: TenantDep
-) -> SearchResults:
+def search_memories(body: SearchMemories, memory: LongTermDep, reader: ReaderDep) -> SearchResults:
     """A user's memories most relevant to ``query``, best first, with their scores."""
-    scope = Filter.checked(
-        {
-            "tenant_id": tenant_id,
-            "project_id": body.project_id,
-            "types": frozenset(body.types) if body.types else None,
-        }
+    scope = reader.filter(
+        project_id=body.project_id, types=frozenset(body.types) if body.types else None
     )
-    fetch = body.k
-    while True:
-        found = memory.search(
-            body.query,
-            user_id=body.user_id,
-            tenant_id=tenant_id,
-            k=fetch,
-            threshold=body.threshold,
-            filter=scope,
-            include_superseded=body.include_superseded,
-        )
-        shown = [result for result in found if visible(principal, result.record)]
-        # Hidden results leave gaps: ask for more until k are shown or the store runs out.
-        if len(shown) >= body.k or len(found) < fetch or fetch >= MAX_SEARCH_FETCH:
-            return SearchResults(results=shown[: body.k])
-        fetch = min(fetch * 4, MAX_SEARCH_FETCH)
+    found = memory.search(
+        body.query,
+        user_id=body.user_id,
+        tenant_id=reader.tenant_id,
+        k=body.k,
+        threshold=body.threshold,
+        filter=scope,
+        include_superseded=body.include_superseded,
+    )
+    return SearchResults(results=found)
 
 
 @router.post("", status_code=201, responses=_UNAVAILABLE)
@@ -328,8 +293,7 @@ def create_memory(body: CreateMemory, memory: LongTermDep, tenant_id: TenantDep)
 @router.get("", responses=_UNAVAILABLE)
 def list_memories(
     memory: LongTermDep,
-    principal: PrincipalDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
     user_id: OptionalIdQuery = None,
     project_id: OptionalIdQuery = None,
     type: Annotated[MemoryType | None, Query()] = None,
@@ -337,17 +301,11 @@ def list_memories(
     cursor: Annotated[str | None, Query(min_length=1, max_length=1024)] = None,
 ) -> MemoryPage:
     """The tenant's memories (or one user's), oldest first, a page at a time."""
-    scope = Filter.checked(
-        {
-            "tenant_id": tenant_id,
-            "user_id": user_id,
-            "project_id": project_id,
-            "types": frozenset({type}) if type else None,
-        }
+    scope = reader.filter(
+        user_id=user_id, project_id=project_id, types=frozenset({type}) if type else None
     )
     page = memory.list(scope, limit=limit, cursor=cursor)
-    shown = [record for record in page.records if visible(principal, record)]
-    return MemoryPage(memories=shown, next_cursor=page.next_cursor)
+    return MemoryPage(memories=page.records, next_cursor=page.next_cursor)
 
 
 @router.delete("", responses=_UNAVAILABLE)
@@ -366,12 +324,11 @@ def forget_user(
 def get_memory(
     memory_id: MemoryId,
     memory: LongTermDep,
-    principal: PrincipalDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
     user_id: OptionalIdQuery = None,
 ) -> MemoryRecord:
     """One memory by id."""
-    return visible_record(memory, principal, memory_id, tenant_id, user_id)
+    return visible_record(memory, reader, memory_id, user_id)
 
 
 @router.patch(
@@ -381,15 +338,14 @@ def update_memory(
     memory_id: MemoryId,
     body: UpdateMemory,
     memory: LongTermDep,
-    principal: PrincipalDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
 ) -> MemoryRecord:
     """Change a memory's text and/or fields; its version goes up and history keeps the old."""
-    visible_record(memory, principal, memory_id, tenant_id, body.user_id)
+    visible_record(memory, reader, memory_id, body.user_id)
     return memory.update(
         memory_id,
         body.content,
-        tenant_id=tenant_id,
+        tenant_id=reader.tenant_id,
         user_id=body.user_id,
         metadata=body.metadata,
         importance=body.importance,
@@ -403,15 +359,13 @@ def update_memory(
 def memory_history(
     memory_id: MemoryId,
     memory: LongTermDep,
-    principal: PrincipalDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
     user_id: OptionalIdQuery = None,
 ) -> History:
     """Every version of a memory, oldest first, its deletion included."""
-    entries = memory.history(memory_id, tenant_id=tenant_id, user_id=user_id)
-    latest = entries[-1].new or entries[-1].old
-    if latest is not None and not visible(principal, latest):
-        raise NotFoundError(memory_id)
+    entries = memory.history(
+        memory_id, tenant_id=reader.tenant_id, user_id=user_id, roles=reader.roles
+    )
     return History(memory_id=memory_id, entries=entries)
 
 
@@ -419,13 +373,12 @@ def memory_history(
 def delete_memory(
     memory_id: MemoryId,
     memory: LongTermDep,
-    principal: PrincipalDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
     user_id: OptionalIdQuery = None,
 ) -> Deleted:
     """Forget one memory (its history stays)."""
-    visible_record(memory, principal, memory_id, tenant_id, user_id)
-    memory.delete(memory_id, tenant_id=tenant_id, user_id=user_id, reason="deleted by API")
+    visible_record(memory, reader, memory_id, user_id)
+    memory.delete(memory_id, tenant_id=reader.tenant_id, user_id=user_id, reason="deleted by API")
     return Deleted(deleted=1)
 
 

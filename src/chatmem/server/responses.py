@@ -44,7 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from chatmem.errors import ChatmemError
 from chatmem.messages import Message
 from chatmem.records import new_id
-from chatmem.server.app import ApiError, RuntimeDep, TenantDep, error_response
+from chatmem.server.app import ApiError, ReaderDep, RuntimeDep, TenantDep, error_response
+from chatmem.server.auth import Reader
 from chatmem.server.chat import (
     SESSION_HEADER,
     USER_HEADER,
@@ -436,10 +437,11 @@ async def _exchange(
     new: list[dict[str, Any]],
     request: Request,
     runtime: Runtime,
-    tenant_id: str,
+    reader: Reader,
 ) -> _Exchange:
     """Continue the chain with the new input messages and retrieve the user's memories (404
     for an unknown ``previous_response_id``)."""
+    tenant_id = reader.tenant_id
     previous = await _previous(
         store_of(request), tenant_id, body.previous_response_id, named_user(body, request)
     )
@@ -450,7 +452,7 @@ async def _exchange(
     project_id = body.memory_context.project_id if body.memory_context else None
     prepared = await prepare(
         runtime,
-        tenant_id,
+        reader,
         user_id,
         session_id,
         instructions + history,
@@ -489,7 +491,7 @@ async def create_response(
     body: Annotated[ResponseRequest, Body()],
     request: Request,
     runtime: RuntimeDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
 ) -> Response:
     """A model response with the user's memories injected, chained by
     ``previous_response_id``, streamed when ``stream`` is true; the turn is stored in memory
@@ -498,7 +500,7 @@ async def create_response(
     if body.instructions is not None:
         check_length(body.instructions, "instructions")
     url = upstream_url(runtime, "/chat/completions")
-    exchange = await _exchange(body, new, request, runtime, tenant_id)
+    exchange = await _exchange(body, new, request, runtime, reader)
     client: httpx.AsyncClient = request.app.state.upstream
     payload = _chat_payload(body, exchange.prepared.messages)
     headers = upstream_headers(runtime, request)

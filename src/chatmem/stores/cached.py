@@ -134,7 +134,7 @@ class CachedStore(MemoryStore):
 
     def _search_key(self, owner: Owner, query: SearchQuery) -> str:
         scope = query.filter.model_dump(mode="json", exclude_none=True)
-        for name in ("ids", "types", "scopes"):
+        for name in ("ids", "types", "scopes", "reader_roles"):
             if name in scope:
                 scope[name] = sorted(scope[name])
         digest = hashlib.blake2b(digest_size=20)

@@ -207,6 +207,17 @@ def _term(key: str, canonical: str) -> str:
     return term
 
 
+#: Terms of a memory that names roles (SPEC L7): a mark, and one term per role. No metadata
+#: key starts with "#", so these never meet a metadata term.
+RESTRICTED_TERM, ROLE_TERM = "#restricted", "#role:"
+
+
+def access_terms(record: MemoryRecord) -> list[str]:
+    """What a record stores for its readers' roles: nothing when it names none."""
+    roles = record.access_control.allowed_roles
+    return [RESTRICTED_TERM, *(ROLE_TERM + role for role in sorted(set(roles)))] if roles else []
+
+
 def metadata_terms(metadata: dict[str, Any]) -> list[str]:
     """What a record stores for metadata filters: each key, and ``key=value`` for scalars."""
     terms = []
@@ -253,6 +264,12 @@ def filter_expression(scope: Filter) -> str:
         parts.append(f"valid_from <= {moment} and valid_to > {moment}")
     for key, value in (scope.metadata or {}).items():
         parts.append(_metadata_condition(key, value))
+    if scope.reader_roles is not None:
+        readable = f"not array_contains(meta_terms, {literal(RESTRICTED_TERM)})"
+        if scope.reader_roles:
+            held = ", ".join(literal(ROLE_TERM + role) for role in sorted(scope.reader_roles))
+            readable += f" or array_contains_any(meta_terms, [{held}])"
+        parts.append(readable)
     return " and ".join(f"({part})" for part in parts)
 
 
@@ -712,7 +729,7 @@ class MilvusStore(MemoryStore):
     def _memory_row(record: MemoryRecord, vector: Sequence[float]) -> dict[str, Any]:
         document = record.model_dump_json()
         metadata = json.loads(document)["user_metadata"]  # as a reader will see it
-        terms = metadata_terms(metadata)
+        terms = metadata_terms(metadata) + access_terms(record)
         if len(terms) > MAX_TERMS:
             raise ValidationError(
                 f"has more keys than the Milvus store can index ({MAX_TERMS // 2})",

@@ -216,6 +216,13 @@ def _where(scope: Filter, alias: str = "m") -> tuple[str, builtins.list[Any]]:
         choices = ", ".join(["%s::jsonb"] * len(same))
         conditions.append(f"COALESCE({alias}.user_metadata -> %s, 'null'::jsonb) IN ({choices})")
         params.extend([key, *same])
+    if scope.reader_roles is not None:
+        # SPEC L7: a memory that names roles only for a reader holding one of them.
+        roles = f"({alias}.body::jsonb -> 'access_control' -> 'allowed_roles')"
+        conditions.append(
+            f"(COALESCE(jsonb_array_length({roles}), 0) = 0 OR {roles} ?| %s::text[])"
+        )
+        params.append(sorted(scope.reader_roles))
     return " AND ".join(conditions), params
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -82,13 +83,21 @@ FTS_WEIGHTS = (0.0, 1.0, 0.5, 0.3, 1.0)
 #: BM25's statistics are per table; users land in tables at random, so they stay alike.
 FTS_SHARDS = "0123456789abcdef"
 _FTS_COLUMNS = "ukey, said, prev, nxt, day"
-_SHARD_FTS = "\n".join(
-    f"CREATE VIRTUAL TABLE memory_fts_{digit} USING fts5({_FTS_COLUMNS},"
-    " tokenize = 'porter unicode61 remove_diacritics 2');"
-    f" INSERT INTO memory_fts_{digit} (rowid, {_FTS_COLUMNS})"
-    f" SELECT rowid, {_FTS_COLUMNS} FROM memory_fts WHERE substr(ukey, 2, 1) = '{digit}';"
-    for digit in FTS_SHARDS
-) + "\nDROP TABLE memory_fts;"
+_SHARD_FTS = (
+    "\n".join(
+        f"CREATE VIRTUAL TABLE memory_fts_{digit} USING fts5({_FTS_COLUMNS},"
+        " tokenize = 'porter unicode61 remove_diacritics 2');"
+        f" INSERT INTO memory_fts_{digit} (rowid, {_FTS_COLUMNS})"
+        f" SELECT rowid, {_FTS_COLUMNS} FROM memory_fts WHERE substr(ukey, 2, 1) = '{digit}';"
+        for digit in FTS_SHARDS
+    )
+    + "\nDROP TABLE memory_fts;"
+)
+
+#: Whether a row's memory names roles (``access_control.allowed_roles`` not empty); written
+#: exactly as the partial index ``memories_restricted`` is, so SQLite can use it.
+_RESTRICTED = "json_array_length({alias}.body, '$.access_control.allowed_roles') > 0"
+_ROLES_PATH = "$.access_control.allowed_roles"
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -143,6 +152,12 @@ MIGRATIONS: tuple[str, ...] = (
         (tenant_id, user_id, json_extract(body, '$.user_metadata."write_batch"'), created_at);
     CREATE INDEX memories_by_subject ON memories
         (tenant_id, user_id, json_extract(body, '$.user_metadata."subject"'), created_at);
+    """,
+    # Role-restricted memories (SPEC L7) are few; a search finds a user's with this index
+    # instead of reading every row's roles.
+    f"""
+    CREATE INDEX memories_restricted ON memories (tenant_id, user_id, rowid)
+        WHERE {_RESTRICTED.format(alias="memories")};
     """,
 )
 #: user_metadata keys with an index (migration 3); a filter on one of them is written with
@@ -224,12 +239,35 @@ def _where(scope: Filter, alias: str = "m") -> tuple[str, list[Any]]:
         else:
             conditions.append(f"{path} = ?")
             params.append(value)
+    if scope.reader_roles is not None:
+        roles = sorted(scope.reader_roles)
+        conditions.append(
+            f"(NOT {_RESTRICTED.format(alias=alias)} OR EXISTS (SELECT 1 FROM"
+            f" json_each({alias}.body, '{_ROLES_PATH}') WHERE value IN"
+            f" ({', '.join('?' * len(roles)) or 'NULL'})))"
+        )
+        params.extend(roles)
     return " AND ".join(conditions), params
+
+
+def _hidden(conn: sqlite3.Connection, scope: Filter) -> set[int]:
+    """The rows of ``scope``'s user that its reader may not see (restricted to roles the
+    reader lacks); found through the ``memories_restricted`` index."""
+    if scope.reader_roles is None:
+        return set()
+    rows = conn.execute(
+        f"SELECT m.rowid, json_extract(m.body, '{_ROLES_PATH}') FROM memories AS m"
+        f" WHERE m.tenant_id = ? AND m.user_id = ? AND {_RESTRICTED.format(alias='m')}",
+        (scope.tenant_id, scope.user_id),
+    ).fetchall()
+    return {rowid for rowid, roles in rows if scope.reader_roles.isdisjoint(json.loads(roles))}
 
 
 def _has_extra_conditions(scope: Filter) -> bool:
     """Whether ``scope`` narrows a user's memories further than tenant and user."""
-    narrowing = scope.model_dump(exclude={"tenant_id", "user_id"}, exclude_none=True)
+    narrowing = scope.model_dump(
+        exclude={"tenant_id", "user_id", "reader_roles"}, exclude_none=True
+    )
     return bool(narrowing)
 
 
@@ -666,15 +704,20 @@ class SQLiteStore(MemoryStore):
             conn.execute("BEGIN")  # one snapshot for versions, vectors and words
             try:
                 narrowing = _where(query.filter) if _has_extra_conditions(query.filter) else None
+                # Rows the reader may not see (SPEC L7): few, so they are left out by rowid
+                # rather than by a condition on every row (one when other conditions apply).
+                hidden = _hidden(conn, query.filter) if narrowing is None else set()
                 keyword: dict[int, float] = {}
                 if query.text:
-                    keyword = dict(self._keyword_half(conn, query, user, narrowing))
+                    keyword = dict(self._keyword_half(conn, query, user, narrowing, hidden))
                 # Asked for only now: an embedding started before the search ran meanwhile.
                 vector = query.query_vector()
                 cosine: dict[int, float] = {}
                 if vector is not None and self._embedding is not None:
                     self._check_vector(vector)
-                    cosine = self._vector_half(conn, query, vector, user, narrowing, set(keyword))
+                    cosine = self._vector_half(
+                        conn, query, vector, user, narrowing, set(keyword), hidden
+                    )
                 ids = self._ids_by_rowid(conn, set(cosine) | set(keyword))
             finally:
                 conn.execute("COMMIT")
@@ -690,9 +733,11 @@ class SQLiteStore(MemoryStore):
         user: str,
         narrowing: tuple[str, builtins.list[Any]] | None,
         also: set[int],
+        hidden: set[int],
     ) -> dict[int, float]:
         """The ``candidates`` nearest rows (within the filter), plus the cosine of ``also``.
-        ``narrowing`` is the SQL of a filter narrower than tenant and user, if any."""
+        ``narrowing`` is the SQL of a filter narrower than tenant and user, if any;
+        ``hidden`` rows are left out."""
         tenant = query.filter.tenant_id
         row = conn.execute(
             "SELECT appended, changed FROM user_versions WHERE tenant_id = ? AND user_id = ?",
@@ -719,6 +764,9 @@ class SQLiteStore(MemoryStore):
             rows = conn.execute(f"SELECT m.rowid FROM memories AS m WHERE {where}", params)
             allowed = np.fromiter((r for (r,) in rows), dtype=np.int64)
             pool = vectors.positions(np.sort(allowed))
+        elif hidden:
+            unseen = np.fromiter(hidden, dtype=np.int64, count=len(hidden))
+            pool = pool[~np.isin(vectors.rowids, unseen)]
         if len(pool) > query.candidates:
             best = np.argpartition(-scores[pool], query.candidates - 1)[: query.candidates]
             pool = pool[best]
@@ -734,6 +782,7 @@ class SQLiteStore(MemoryStore):
         query: SearchQuery,
         user: str,
         narrowing: tuple[str, builtins.list[Any]] | None,
+        hidden: set[int],
     ) -> builtins.list[tuple[int, float]]:
         assert query.text is not None
         terms = textlib.query_terms(query.text)
@@ -755,8 +804,9 @@ class SQLiteStore(MemoryStore):
             rows = conn.execute(
                 f"SELECT rowid, bm25({table}, {weights}) AS s FROM {table}"
                 f" WHERE {table} MATCH ? ORDER BY s LIMIT ?",
-                (match, query.candidates),
+                (match, query.candidates + len(hidden)),
             ).fetchall()
+            rows = [row for row in rows if row[0] not in hidden][: query.candidates]
         # FTS5's bm25() is negative, lower is better; flip it so higher is better.
         return [(rowid, -score) for rowid, score in rows]
 
