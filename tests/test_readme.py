@@ -24,3 +24,10 @@ def test_readme_opens_with_the_service_and_the_test_commands() -> None:
     assert "pip install -e ." in first and "chatmem demo &&" in first
     assert first.strip().endswith("chatmem serve")
     assert "pip install -e '.[dev]'" in second and second.strip().endswith("pytest")
+
+
+def test_docs_name_no_path_of_a_developers_machine() -> None:
+    root = README.parent
+    for page in [README, root / "benchmarks" / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = page.read_text()
+        assert "/work/" not in text and "/home/" not in text, page.name

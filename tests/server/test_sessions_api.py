@@ -372,3 +372,17 @@ def test_a_long_message_is_appended_ended_and_extracted(service: TestClient) -> 
     assert (
         runtime.short_term.history(SessionKey("default", "alice", "report"))[0].content == document
     )
+
+
+def test_ending_a_session_names_the_user_in_the_body_as_an_append_does(
+    service: TestClient,
+) -> None:
+    append(service, "trip", said("We fly to Hawaii in March.", "Noted."))
+    ended = service.post("/v1/sessions/trip/end", json={"user_id": "alice"})
+    assert ended.status_code == 200 and ended.json()["length"] == 2
+    missing = service.post("/v1/sessions/trip/end")
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "user_id"
+    both = service.post("/v1/sessions/trip/end", json={"user_id": "bob"}, params={"user_id": "al"})
+    assert both.status_code == 400 and "differs" in both.json()["error"]["message"]
+    unknown = service.post("/v1/sessions/trip/end", json={"user": "alice"})
+    assert unknown.status_code == 400

@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, BackgroundTasks, Path, Query
+from fastapi import APIRouter, BackgroundTasks, Body, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from chatmem.errors import NotFoundError
 from chatmem.formats import Format, parse_messages, render_message, render_messages
 from chatmem.messages import SessionKey
-from chatmem.server.app import RuntimeDep, TenantDep
+from chatmem.server.app import ApiError, RuntimeDep, TenantDep
 from chatmem.server.chat import system_text_name
 from chatmem.server.runtime import Runtime
 
@@ -160,16 +160,28 @@ def read_session(
     )
 
 
+class EndSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Id
+
+
 @router.post("/{session_id}/end")
 def end_session(
     session_id: SessionId,
     runtime: RuntimeDep,
     tenant_id: TenantDep,
-    user_id: UserQuery,
+    body: Annotated[EndSession | None, Body()] = None,
+    user_id: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
 ) -> Ended:
     """End the session: keep its episodic summary for the next one, queue its extraction,
-    and send the ``session.ended`` webhook (queued; a slow receiver never delays this)."""
-    key = _key(tenant_id, user_id, session_id)
+    and send the ``session.ended`` webhook (queued; a slow receiver never delays this).
+    The user is named in the body (``{"user_id": …}``, as for an append) or the query."""
+    named = {body.user_id if body else None, user_id} - {None}
+    if len(named) != 1:
+        why = "is required, in the body or the query" if not named else "differs in body and query"
+        raise ApiError(400, f"user_id: {why}", param="user_id", code="validation_error")
+    key = _key(tenant_id, str(named.pop()), session_id)
     length = _existing(runtime, key)
     episode = runtime.end_session(key)
     summary = episode.content if episode is not None else None
