@@ -78,8 +78,9 @@ class ScriptedOpenAIServer:
     ``response_format`` with a 400, as some servers do. ``fail_next(status, body)`` and
     ``delay_next(seconds)`` script the next request of any route. ``requests`` records every
     JSON body received, ``chat_requests`` those of chat completions, ``request_headers`` the
-    headers of every request (lowercased names). Use as a context manager; ``base_url`` ends
-    in ``/v1``.
+    headers of every request (lowercased names); ``record=False`` keeps none of them, for a
+    long run (a soak) where they would grow without end. Use as a context manager;
+    ``base_url`` ends in ``/v1``.
     """
 
     def __init__(
@@ -90,8 +91,10 @@ class ScriptedOpenAIServer:
         model: str = "scripted-model",
         responder: Responder | None = None,
         response_format: bool = True,
+        record: bool = True,
     ) -> None:
         self.dimension = dimension
+        self.record = record
         self.model = model
         self.responder = responder
         self.response_format = response_format
@@ -149,8 +152,9 @@ class ScriptedOpenAIServer:
     ) -> _Reply:
         route = path.split("?", 1)[0].rstrip("/")
         with self._lock:
-            self.request_headers.append(headers)
-            if body is not None:
+            if self.record:
+                self.request_headers.append(headers)
+            if self.record and body is not None:
                 self.requests.append(body)
                 if route == _CHAT_PATH:
                     self.chat_requests.append(body)
