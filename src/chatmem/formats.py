@@ -77,8 +77,9 @@ def _from_openai_or_rich(data: Mapping[str, Any], field: str) -> Message:
     if isinstance(content, list):
         fields["content"] = _joined_text(content, "text")
         fields["parts"] = content
-    if isinstance(fields.get("timestamp"), int | float) and fields["timestamp"] < _SECONDS_LIMIT:
-        fields["timestamp"] = int(fields["timestamp"] * 1000)
+    stamp = fields.get("timestamp")
+    if isinstance(stamp, int | float) and 0 <= stamp < _SECONDS_LIMIT:  # seconds: to ms
+        fields["timestamp"] = int(stamp * 1000)
     if fields.get("content") is None and fields.get("tool_calls"):
         fields["content"] = ""
     return Message.checked(fields, field)

@@ -677,7 +677,10 @@ def _timestamp(value: Any, field: str) -> datetime | None:
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return datetime.fromtimestamp(value / 1000, tz=UTC)
+        try:
+            return datetime.fromtimestamp(value / 1000, tz=UTC)
+        except (OverflowError, OSError, ValueError):  # past the years datetime holds
+            raise ValidationError("is out of range for a time", field=field) from None
     if isinstance(value, str):
         try:
             return _timestamp(datetime.fromisoformat(value), field)

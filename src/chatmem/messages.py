@@ -17,9 +17,13 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from chatmem.errors import ValidationError
 from chatmem.records import _Checked, _Model, new_id
+from chatmem.strict_json import INT64_MAX
 
 #: Largest message content kept, in characters. Budgets truncate far below this when packing.
 MAX_MESSAGE_CHARS = 1_000_000
+#: The latest time a message may carry: 9999-12-31T23:59:59.999Z, in milliseconds since the
+#: epoch (the last moment a ``datetime`` holds; extraction dates every message).
+MAX_TIMESTAMP_MS = 253_402_300_799_999
 
 NonEmpty = Annotated[str, Field(min_length=1, max_length=256)]
 
@@ -55,7 +59,7 @@ class MessageMetadata(_Model):
     source: MessageSource | None = None
     interrupted: bool = False
     #: When the user cut the reply off, in milliseconds since the epoch.
-    interrupt_timestamp: int | None = Field(default=None, ge=0)
+    interrupt_timestamp: int | None = Field(default=None, ge=0, le=MAX_TIMESTAMP_MS)
     #: The whole text an interrupted reply would have had.
     original: str | None = None
     #: The end user who spoke, when it differs from the session's user.
@@ -90,9 +94,9 @@ class Message(_Checked):
     role: Role
     content: str = Field(max_length=MAX_MESSAGE_CHARS)
     id: NonEmpty = Field(default_factory=new_id)
-    turn_id: int | None = Field(default=None, ge=0)
+    turn_id: int | None = Field(default=None, ge=0, le=INT64_MAX)
     #: Milliseconds since the epoch.
-    timestamp: int = Field(default_factory=now_ms, ge=0)
+    timestamp: int = Field(default_factory=now_ms, ge=0, le=MAX_TIMESTAMP_MS)
     metadata: MessageMetadata = Field(default_factory=MessageMetadata)
     name: str | None = Field(default=None, max_length=256)
     tool_calls: list[ToolCall] | None = None
@@ -160,6 +164,7 @@ def last_turn_id(messages: list[Message]) -> int | None:
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
+    "MAX_TIMESTAMP_MS",
     "FunctionCall",
     "Message",
     "MessageMetadata",
