@@ -306,6 +306,21 @@ def test_async_face(store: ChatmemStore) -> None:
     ]
 
 
+def test_concurrent_puts_of_one_key_last_one_wins(
+    store: ChatmemStore, memory: LongTermMemory
+) -> None:
+    ns = ("memories", "alice")
+
+    async def scenario() -> None:
+        await asyncio.gather(*(store.aput(ns, "k", {"n": n}) for n in range(8)))
+
+    asyncio.run(scenario())
+    item = store.get(ns, "k")
+    assert item is not None and item.value["n"] in range(8)
+    versions = memory.history(memory_id("default", ns, "k"), user_id="alice")
+    assert [h.version for h in versions] == list(range(1, 9))  # no put was lost
+
+
 # -- a real graph -----------------------------------------------------------------------------
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatmem import text as textlib
-from chatmem.errors import ConfigError, NotFoundError, ValidationError
+from chatmem.errors import ConfigError, ConflictError, NotFoundError, ValidationError
 from chatmem.long_term import LongTermMemory
 from chatmem.records import (
     MAX_TEXT_CHARS,
@@ -294,6 +294,28 @@ class ChatmemStore(BaseStore):
         text = value_text(value, fields)
         metadata = self._metadata(op.namespace, op.key, indexed=op.index is not False)
         old = self._stored(scope)
+        while True:
+            try:
+                self._write(scope, old, value, text, metadata)
+                return
+            except (ConflictError, NotFoundError, ValidationError):
+                # Another put or delete of the key may have written between the read and
+                # the write: then write over what it left, and the last put wins, as in
+                # LangGraph's stores. Each retry follows someone else's write; a failure
+                # with nothing written meanwhile is a real error.
+                now = self._stored(scope)
+                if _version(now) == _version(old):
+                    raise
+                old = now
+
+    def _write(
+        self,
+        scope: Filter,
+        old: MemoryRecord | None,
+        value: dict[str, Any],
+        text: str,
+        metadata: dict[str, Any],
+    ) -> None:
         if old is None:
             self.long_term.add_records([self._record(scope, value, text, metadata)])
         else:
@@ -453,6 +475,10 @@ class ChatmemStore(BaseStore):
             if all(_fits(c, namespace) for c in conditions)
         }
         return sorted(found)[op.offset : op.offset + op.limit]
+
+
+def _version(record: MemoryRecord | None) -> int:
+    return record.metadata.version if record is not None else 0
 
 
 def _fits(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
