@@ -28,6 +28,7 @@ def test_readme_opens_with_the_service_and_the_test_commands() -> None:
 
 def test_docs_name_no_path_of_a_developers_machine() -> None:
     root = README.parent
-    for page in [README, root / "benchmarks" / "README.md", *sorted((root / "docs").glob("*.md"))]:
+    pages = [README, root / "benchmarks" / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    for page in pages:
         text = page.read_text()
         assert "/work/" not in text and "/home/" not in text, page.name
