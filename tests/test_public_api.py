@@ -11,6 +11,9 @@ from chatmem.cli import app
 
 EXPECTED = {
     "AccessControl",
+    "AsyncClient",
+    "AuthenticationError",
+    "Client",
     "AsyncRetriever",
     "Decision",
     "DecisionRules",

@@ -1,10 +1,12 @@
 """chatmem: a memory layer for chat agents that runs offline."""
 
 from chatmem.blocks import FactExtractionBlock, MemoryBlock, StaticBlock, VectorBlock
+from chatmem.client import AsyncClient, Client
 from chatmem.consolidation import consolidate, reflect
 from chatmem.decay import enforce_quota, sweep_decay
 from chatmem.embeddings import Embedder, LocalEmbedder, OpenAIEmbedder
 from chatmem.errors import (
+    AuthenticationError,
     ChatmemError,
     ConfigError,
     ConflictError,
@@ -77,10 +79,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AccessControl",
+    "AsyncClient",
     "AsyncLongTermMemory",
     "AsyncRetriever",
+    "AuthenticationError",
     "ChatModel",
     "ChatmemError",
+    "Client",
     "ConfigError",
     "ConflictError",
     "Content",

@@ -9,6 +9,8 @@ Every error chatmem raises on purpose derives from :class:`ChatmemError`::
     │   └── ImportFormatError    a malformed line in an import file (``line`` is 1-based)
     ├── NotFoundError            no memory with that id for that tenant and user
     ├── ConflictError            an update raced another one (stale version)
+    ├── AuthenticationError      the service refused the key: none, unknown or revoked (401),
+    │                            or one that may not do this (403); ``status_code`` says which
     ├── EmbeddingError           the embedder failed
     │   └── EmbedderMismatchError  the store was built with another model or dimension
     ├── LLMError                 a language model gave no usable answer
@@ -65,6 +67,15 @@ class NotFoundError(ChatmemError):
 
 class ConflictError(ChatmemError):
     """A write was based on a version of the memory that is no longer current."""
+
+
+class AuthenticationError(ChatmemError):
+    """The service refused the caller's key (``chatmem.Client``): missing, unknown or revoked
+    (``status_code`` 401), or not allowed to do this, such as an admin route (403)."""
+
+    def __init__(self, message: str, *, status_code: int) -> None:
+        self.status_code = status_code
+        super().__init__(message)
 
 
 class EmbeddingError(ChatmemError):
