@@ -446,3 +446,20 @@ def test_an_imported_record_too_long_for_one_memory_is_refused_naming_it(
         memory.import_jsonl([json.dumps(line)])
     assert (raised.value.line, raised.value.field) == (1, "record.content.raw")
     assert memory.count(Filter(user_id="u")) == 1
+
+
+def test_update_replaces_structured_content_and_roles_keeping_history(
+    memory: LongTermMemory,
+) -> None:
+    (fact,) = memory.add("Salary review: a 3% raise", user_id="u", allowed_roles=["hr"])
+    opened = memory.update(fact.id, user_id="u", allowed_roles=[], structured={"raise": 3})
+    assert opened.access_control.allowed_roles == []
+    assert opened.content.raw == fact.content.raw and opened.content.structured == {"raise": 3}
+    assert memory.get(fact.id, user_id="u", roles=frozenset()).id == fact.id
+    closed = memory.update(fact.id, user_id="u", allowed_roles=["hr", "hr", "legal"])
+    assert closed.access_control.allowed_roles == ["hr", "legal"]
+    assert closed.content.structured == {"raise": 3}
+    with pytest.raises(NotFoundError):
+        memory.get(fact.id, user_id="u", roles=frozenset({"ops"}))
+    versions = [e.new.access_control.allowed_roles for e in memory.history(fact.id) if e.new]
+    assert versions == [["hr"], [], ["hr", "legal"]]

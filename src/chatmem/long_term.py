@@ -247,9 +247,13 @@ class LongTermMemory:
         confidence: float | None = None,
         tags: Sequence[str] | None = None,
         reason: str | None = None,
+        structured: Mapping[str, Any] | None = None,
+        allowed_roles: Sequence[str] | None = None,
     ) -> MemoryRecord:
         """Change a memory's text and/or fields; its version goes up and history keeps the
-        old one. ``metadata`` keys are merged into the free-form metadata."""
+        old one. ``metadata`` keys are merged into the free-form metadata; ``structured``
+        replaces ``content.structured``; ``allowed_roles`` replaces who may read it (SPEC L7;
+        an empty list opens it to every reader of the user)."""
         old = self.get(memory_id, tenant_id=tenant_id, user_id=user_id)
         meta_changes = {
             "importance": importance,
@@ -265,11 +269,17 @@ class LongTermMemory:
                 }
             )
             content = old.content if text is None else Content(raw=text)
+            if structured is not None:
+                content = content.model_copy(update={"structured": dict(structured)})
+            access = old.access_control.model_dump()
+            if allowed_roles is not None:
+                access["allowed_roles"] = sorted(set(allowed_roles))
         except pydantic.ValidationError as exc:
             raise validation_error(exc) from None
         new = MemoryRecord.checked(
             {
                 **old.model_dump(),
+                "access_control": access,
                 "content": content.model_dump(),
                 "metadata": meta.model_dump(),
                 "time": {**old.time.model_dump(), "updated_at": utcnow()},
