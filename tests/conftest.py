@@ -18,6 +18,27 @@ if os.environ.get("CHATMEM_HYPOTHESIS_PROFILE"):
 
 
 @pytest.fixture(scope="session")
+def postgres_uri() -> Iterator[str]:
+    """A PostgreSQL database with pgvector for the whole run (see tests/stores/conftest.py)."""
+    from tests.stores.conftest import postgres_server
+
+    with postgres_server() as uri:
+        yield uri
+
+
+@pytest.fixture
+def pg_schema(postgres_uri: str) -> Iterator[str]:
+    """A schema of its own for one test, dropped afterwards."""
+    import uuid
+
+    from tests.stores.conftest import drop_schema
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    yield schema
+    drop_schema(postgres_uri, schema)
+
+
+@pytest.fixture(scope="session")
 def embedder() -> LocalEmbedder:
     """The real offline MiniLM, loaded once for the whole run."""
     return LocalEmbedder()

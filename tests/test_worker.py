@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -102,7 +103,7 @@ def said(*texts: str, prefix: str = "m") -> list[Message]:
     return [Message(id=f"{prefix}{i}", role=Role.USER, content=t) for i, t in enumerate(texts)]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def outbox_and_clock(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[tuple[Outbox, Clock]]:
@@ -110,10 +111,23 @@ def outbox_and_clock(
     retry = RetryPolicy(max_attempts=3, backoff_s=2.0, max_backoff_s=60.0, lease_s=30.0)
     if request.param == "memory":
         outbox: Outbox = InMemoryOutbox(retry=retry, clock=clock)
-    else:
+    elif request.param == "sqlite":
         outbox = SQLiteOutbox(tmp_path / "outbox.db", retry=retry, clock=clock)
+    else:
+        outbox = _postgres_outbox(request, retry=retry, clock=clock)
     with outbox:
         yield outbox, clock
+
+
+def _postgres_outbox(request: pytest.FixtureRequest, **options: Any) -> Outbox:
+    """A PostgreSQL outbox in a schema of its own (dropped after the test)."""
+    from chatmem.postgres_outbox import PostgresOutbox
+    from chatmem.stores.postgres_db import PostgresDatabase
+
+    uri = request.getfixturevalue("postgres_uri")
+    database = PostgresDatabase(uri, schema=request.getfixturevalue("pg_schema"), pool_size=4)
+    request.addfinalizer(database.close)
+    return PostgresOutbox(database, **options)
 
 
 @pytest.fixture
