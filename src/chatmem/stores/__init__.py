@@ -28,6 +28,8 @@ from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, 
 from chatmem.stores.sqlite import SQLiteStore
 
 ENV_VAR = "CHATMEM_STORE"
+_MILVUS = frozenset({"milvus", "milvus+http", "milvus+https"})
+_POSTGRES = frozenset({"postgresql", "postgres"})
 
 
 def default_store_uri() -> str:
@@ -51,17 +53,36 @@ def open_store(uri: str | None = None) -> MemoryStore:
     return store if cache is None else _with_cache(store, *cache)
 
 
+def check_store_uri(uri: str) -> Path | None:
+    """Check, opening nothing, that ``uri`` can name a store: a known scheme, and a path
+    where the store is local. Returns the local file or folder it names (None for a server
+    or ``:memory:``); raises ConfigError."""
+    if "://" not in uri:
+        if not uri.strip():
+            raise ConfigError("the store URI is empty")
+        return None if uri == ":memory:" else Path(uri)
+    parts = urlsplit(uri)
+    if parts.scheme in _POSTGRES or (parts.scheme in _MILVUS and parts.netloc):
+        return None
+    if parts.scheme != "sqlite" and parts.scheme not in _MILVUS:
+        raise _unknown_scheme(parts.scheme, uri)
+    path = _local_path(parts.netloc, parts.path, uri)
+    return None if path == ":memory:" else Path(path)
+
+
+def _unknown_scheme(scheme: str, uri: str) -> ConfigError:
+    return ConfigError(f"unknown store scheme {scheme!r} in {uri!r} (sqlite, milvus, postgresql)")
+
+
 def _open(parts: SplitResult, options: dict[str, str], uri: str) -> MemoryStore:
     if parts.scheme == "sqlite":
         path = _local_path(parts.netloc, parts.path, uri)
         return SQLiteStore(path, synchronous=options.pop("synchronous", "NORMAL"))
-    if parts.scheme in {"milvus", "milvus+http", "milvus+https"}:
+    if parts.scheme in _MILVUS:
         return _open_milvus(parts.scheme, parts.netloc, parts.path, options, uri)
-    if parts.scheme in {"postgresql", "postgres"}:
+    if parts.scheme in _POSTGRES:
         return _open_postgres(parts, options)
-    raise ConfigError(
-        f"unknown store scheme {parts.scheme!r} in {uri!r} (sqlite, milvus, postgresql)"
-    )
+    raise _unknown_scheme(parts.scheme, uri)
 
 
 def _local_path(netloc: str, path: str, uri: str) -> str:
@@ -137,6 +158,7 @@ __all__ = [
     "SQLiteStore",
     "SearchQuery",
     "Usage",
+    "check_store_uri",
     "default_store_uri",
     "open_store",
 ]
