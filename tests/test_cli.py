@@ -47,17 +47,19 @@ def test_add_search_get_history_export_forget_import(cli, tmp_path: Path) -> Non
     cli("add", "--user", "alice", "I walk my dog every morning")
     cli("add", "--user", "bob", "My budget for the Hawaii trip is $3,000")
 
-    hits = json.loads(
-        cli("search", "--user", "alice", "--json", "--k", "5", "what is my trip budget").stdout
-    )
+    query = ("search", "--user", "alice", "--json", "--k", "5", "what is my trip budget")
+    hits = json.loads(cli(*query).stdout)
+    # By default only hits past the configured threshold (0.6): the dog is not a budget.
+    assert [h["content"] for h in hits] == ["My budget for the Hawaii trip is $10,000"]
     assert hits[0]["id"] == memory_id
-    assert hits[0]["content"] == "My budget for the Hawaii trip is $10,000"
     assert hits[0]["metadata"] == {"topic": "travel"}
-    assert {h["content"] for h in hits} == {
+    every = json.loads(cli(*query, "--all").stdout)
+    assert [h["content"] for h in every] == [
         "My budget for the Hawaii trip is $10,000",
         "I walk my dog every morning",
-    }
-    assert 0 <= hits[-1]["score"] <= hits[0]["score"] <= 1
+    ]
+    assert 0 <= every[-1]["score"] <= every[0]["score"] <= 1
+    assert every[-1]["relevance"] < 0.6 <= every[0]["relevance"]
 
     record = json.loads(cli("get", memory_id).stdout)
     assert record["session_id"] == "s1" and record["user_id"] == "alice"
@@ -65,7 +67,7 @@ def test_add_search_get_history_export_forget_import(cli, tmp_path: Path) -> Non
 
     exported = cli("export", "--user", "alice").stdout
     assert len(exported.splitlines()) == 2
-    assert "forgot 2 memories" in cli("forget", "--user", "alice").stdout
+    assert "forgot 2 memories" in cli("forget", "--user", "alice", "--yes").stdout
     assert json.loads(cli("search", "--user", "alice", "--json", "budget").stdout) == []
     assert "imported 2 memories" in cli("import", "-", input=exported).stdout
     again = json.loads(cli("search", "--user", "alice", "--json", "budget").stdout)
@@ -78,14 +80,15 @@ def test_add_search_get_history_export_forget_import(cli, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("get", "missing"), "not found"),
-        (("add", "--user", "", "text"), "user_id"),
+        (("get", "missing0"), "memory 'missing0' not found"),
+        (("add", "--user", "", "text"), "--user: "),
         (("add", "--user", "u", "   "), "blank"),
-        (("search", "--user", "u", "--k", "0", "q"), "k"),
+        (("search", "--user", "u", "--k", "0", "q"), "--k: must be at least 1"),
         (("--store", "redis://x", "stats"), "unknown store scheme"),
     ],
 )
 def test_errors_are_one_line_and_exit_non_zero(cli, args: tuple[str, ...], message: str) -> None:  # type: ignore[no-untyped-def]
+    cli("add", "--user", "someone", "the store exists, so reads reach it")
     done = cli(*args, ok=False)
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()

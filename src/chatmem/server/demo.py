@@ -8,6 +8,7 @@ question reaches the model with that fact injected; Bob asking the same gets not
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import time
@@ -56,14 +57,20 @@ class _Captured(logging.Handler):
 
 
 def run_demo(say: Callable[[str], None], *, data_dir: Path | None = None) -> dict[str, Any]:
-    """Run the loop, narrating with ``say``; returns what happened (for tests)."""
-    folder = data_dir or Path(tempfile.mkdtemp(prefix="chatmem-demo-"))
+    """Run the loop, narrating with ``say``; returns what happened (for tests). Without
+    ``data_dir`` the files live in a temp folder that is removed at the end."""
     captured = _Captured()
     policy_log = logging.getLogger("chatmem.write_policy")
     policy_log.addHandler(captured)
     policy_log.setLevel(logging.INFO)
     try:
-        with ScriptedOpenAIServer(responder=scripted_model) as model:
+        with contextlib.ExitStack() as stack:
+            folder = data_dir or Path(
+                stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="chatmem-demo-", ignore_cleanup_errors=True)
+                )
+            )
+            model = stack.enter_context(ScriptedOpenAIServer(responder=scripted_model))
             config = ServiceConfig.parse(
                 {
                     "server": {"data_dir": str(folder)},
@@ -71,8 +78,8 @@ def run_demo(say: Callable[[str], None], *, data_dir: Path | None = None) -> dic
                     "memory": {"extraction_batch_size": 3, "search_budget_ms": 1000},
                 }
             )
-            with ServiceThread(create_app(config)) as service:
-                return _converse(service.url, folder, say, captured)
+            service = stack.enter_context(ServiceThread(create_app(config)))
+            return _converse(service.url, folder, say, captured)
     finally:
         policy_log.removeHandler(captured)
 
