@@ -280,6 +280,7 @@ class _Timed:
 def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None = None) -> FastAPI:
     """A service for ``config`` (defaults when None). Its runtime is started when the app
     starts (or given, already started, as ``runtime``) and closed when it stops."""
+    from chatmem.mcp.http import mount as mount_mcp
     from chatmem.server import admin, chat, guard, health, memory_api, responses, sessions_api
 
     config = config or (runtime.config if runtime is not None else ServiceConfig())
@@ -291,7 +292,7 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
         app.state.upstream_probe = health.UpstreamProbe(started.config.upstream)
         listener = health.MetricsListener.start(started)
         app.state.metrics_address = listener.address if listener is not None else None
-        async with chat.upstream_client(started) as client:
+        async with chat.upstream_client(started) as client, mcp_serving():
             app.state.upstream = client
             try:
                 yield
@@ -323,6 +324,7 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
     health.register_docs(app)
     for module in (health, chat, responses, memory_api, sessions_api, admin):
         app.include_router(module.router)
+    mcp_serving = mount_mcp(app)  # MCP over streamable HTTP at /mcp (nothing without chatmem[mcp])
     return app
 
 
