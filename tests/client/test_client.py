@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -224,14 +225,11 @@ def test_errors_map_to_the_exception_tree(connect: Connect) -> None:
 
     # Refused here, before a request: what the service cannot do is named, never ignored.
     with pytest.raises(ValidationError) as unfiltered:
-        client.list(Filter(user_id=user, agent_id="bot"))
-    assert unfiltered.value.field == "filter.agent_id"
+        client.list(Filter(user_id=user, valid_at=datetime.now(UTC)))
+    assert unfiltered.value.field == "filter.valid_at"
     with pytest.raises(ValidationError) as whose:
         client.delete_all(Filter())
     assert whose.value.field == "filter.user_id"
-    with pytest.raises(ValidationError) as replace:
-        client.import_jsonl([], on_conflict="replace")
-    assert replace.value.field == "on_conflict"
 
     with pytest.raises(NotFoundError) as missing:
         client.get("no-such-id")
@@ -412,3 +410,25 @@ def test_import_chatmem_pulls_in_no_server() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_filters_conflicts_and_reasons_reach_the_service(connect: Connect) -> None:
+    client = connect()
+    user = connect.user("narrow")
+    client.add("Trip fact.", user_id=user, session_id="s1")
+    client.add("Work fact.", user_id=user, agent_id="bot", type=MemoryType.PROCEDURAL)
+    by_agent = Filter(user_id=user, agent_id="bot")
+    assert [r.text for r in client.list(by_agent).records] == ["Work fact."]
+    assert client.count(Filter(user_id=user, session_id="s1")) == 1
+    assert client.count(Filter(user_id=user, created_after=datetime(2999, 1, 1, tzinfo=UTC))) == 0
+    lines = list(client.export_lines(by_agent))
+    assert len(lines) == 1
+    assert client.import_jsonl(lines, on_conflict="skip") == 0
+    assert (
+        client.import_jsonl([lines[0].replace("Work fact.", "New fact.")], on_conflict="replace")
+        == 1
+    )
+    [work] = client.list(by_agent).records
+    assert work.text == "New fact." and work.metadata.version == 2
+    client.delete(work.id, reason="no longer true")
+    assert client.history(work.id)[-1].reason == "no longer true"

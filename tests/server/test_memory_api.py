@@ -444,3 +444,53 @@ def test_the_openapi_spec_documents_every_memory_route(service: TestClient) -> N
     created = paths["/v1/memory"]["post"]["responses"]["201"]["content"]["application/json"]
     assert created["schema"] == {"$ref": "#/components/schemas/Memories"}
     assert "application/x-ndjson" in paths["/v1/memory/import"]["post"]["requestBody"]["content"]
+
+
+def test_list_count_and_export_share_every_filter(service: TestClient) -> None:
+    create(service, user_id="alice", content="Trip fact.", project_id="trips", session_id="s1")
+    create(service, user_id="alice", content="Work fact.", type="procedural", session_id="s2")
+    create(service, user_id="alice", content="Agent fact.", agent_id="helper", type="profile")
+    filters: list[tuple[dict[str, Any], list[str]]] = [
+        ({"session_id": "s1"}, ["Trip fact."]),
+        ({"agent_id": "helper"}, ["Agent fact."]),
+        ({"type": ["procedural", "profile"]}, ["Work fact.", "Agent fact."]),
+        ({"created_after": "2999-01-01T00:00:00Z"}, []),
+        (
+            {"created_before": "2999-01-01T00:00:00Z", "current": True},
+            ["Trip fact.", "Work fact.", "Agent fact."],
+        ),
+    ]
+    for query, expected in filters:
+        assert contents(service, user_id="alice", **query) == expected, query
+        counted = service.get("/v1/memory/count", params={"user_id": "alice", **query})
+        assert counted.json() == {"count": len(expected)}, query
+        exported = service.get("/v1/memory/export", params={"user_id": "alice", **query}).text
+        assert [
+            json.loads(line)["record"]["content"]["raw"] for line in exported.splitlines()
+        ] == expected
+    bad = service.get("/v1/memory/count", params={"type": "nonsense"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "type"
+
+
+def test_import_on_conflict_skips_or_replaces(service: TestClient) -> None:
+    (made,) = create(service, user_id="alice", content="Budget is $10,000.")
+    line = service.get("/v1/memory/export", params={"user_id": "alice"}).text
+    again = service.post("/v1/memory/import", content=line)
+    assert again.status_code == 400  # fail: nothing stored
+    skipped = service.post("/v1/memory/import", content=line, params={"on_conflict": "skip"})
+    assert skipped.json() == {"imported": 0}
+    changed = line.replace("Budget is $10,000.", "Budget is $12,000.")
+    replaced = service.post("/v1/memory/import", content=changed, params={"on_conflict": "replace"})
+    assert replaced.json() == {"imported": 1}
+    got = service.get(f"/v1/memory/{made['id']}").json()
+    assert got["content"]["raw"] == "Budget is $12,000." and got["metadata"]["version"] == 2
+    wrong = service.post("/v1/memory/import", content=line, params={"on_conflict": "merge"})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "on_conflict"
+
+
+def test_a_delete_keeps_its_reason_in_the_history(service: TestClient) -> None:
+    (made,) = create(service, user_id="alice", content="Old address.")
+    gone = service.delete(f"/v1/memory/{made['id']}", params={"reason": "user moved"})
+    assert gone.status_code == 200
+    entries = service.get(f"/v1/memory/{made['id']}/history").json()["entries"]
+    assert entries[-1]["event"] == "delete" and entries[-1]["reason"] == "user moved"

@@ -15,7 +15,6 @@ from chatmem.client.calls import (
     Chunker,
     MemoryCalls,
     SessionCalls,
-    import_conflicts,
     jsonl_chunks,
     with_self,
 )
@@ -140,8 +139,8 @@ class AsyncClient(_AsyncPart):
                 yield record
 
     async def count(self, scope: Filter) -> int:
-        """How many memories match ``scope`` (walks the pages; see ``Client.count``)."""
-        return sum([len(page.records) async for page in self.pages(scope, limit=MAX_PAGE)])
+        """How many memories match ``scope`` (that the key may see), in one call."""
+        return await self._transport.send(MemoryCalls.count(scope))
 
     async def export_lines(self, scope: Filter) -> AsyncIterator[str]:
         """One user's memories as export lines, read as the answer streams in."""
@@ -170,8 +169,7 @@ class AsyncClient(_AsyncPart):
     ) -> int:
         """Store the lines of an export, all or none; ``lines`` (a file, an iterable, an
         async iterable such as ``export_lines``) are streamed. See ``Client.import_jsonl``."""
-        import_conflicts(on_conflict)
-        call = MemoryCalls.import_(tenant_id)
+        call = MemoryCalls.import_(tenant_id, on_conflict)
         return await self._transport.send(call, content=_async_chunks(lines))
 
     async def close(self) -> None:

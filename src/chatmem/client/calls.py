@@ -102,12 +102,27 @@ def _narrowing(scope: Filter, allowed: frozenset[str], where: str = "filter") ->
         raise ValidationError(why, field=f"{where}.{name}")
 
 
-def _one_type(scope: Filter) -> MemoryType | None:
-    if scope.types is None:
-        return None
-    if len(scope.types) != 1:
-        raise ValidationError("the service lists one type at a time", field="filter.types")
-    return next(iter(scope.types))
+#: The fields of a ``Filter`` that the service's list, count and export filter by.
+LIST_FIELDS = frozenset(
+    {"user_id", "project_id", "session_id", "agent_id", "types", "created_after", "created_before"}
+)
+
+
+def _list_params(scope: Filter) -> dict[str, Any]:
+    """``scope`` as the list, count and export routes take it (a field they cannot filter
+    by is refused by name)."""
+    _narrowing(scope, LIST_FIELDS)
+    return _present(
+        {
+            "user_id": scope.user_id,
+            "project_id": scope.project_id,
+            "session_id": scope.session_id,
+            "agent_id": scope.agent_id,
+            "type": sorted(t.value for t in scope.types) if scope.types else None,
+            "created_after": scope.created_after.isoformat() if scope.created_after else None,
+            "created_before": scope.created_before.isoformat() if scope.created_before else None,
+        }
+    )
 
 
 def _wire_message(item: MessageLike, index: int) -> dict[str, Any]:
@@ -175,14 +190,6 @@ def jsonl_chunks(lines: Iterable[str]) -> Iterator[bytes]:
     last = chunker.rest()
     if last:
         yield last
-
-
-def import_conflicts(on_conflict: OnConflict) -> None:
-    """The service stores an import all or none and refuses an id its user holds."""
-    if on_conflict != "fail":
-        raise ValidationError(
-            "the service imports with on_conflict='fail' only", field="on_conflict"
-        )
 
 
 def with_self(build: Callable[..., Any]) -> inspect.Signature:
@@ -348,15 +355,14 @@ class MemoryCalls:
         user_id: str | None = None,
         reason: str | None = None,
     ) -> Call[None]:
-        """Forget one memory (its history stays); NotFoundError if it is not there. The
-        service records its own reason ("deleted by API"); ``reason`` is accepted for the
-        library's signature and not sent."""
+        """Forget one memory (its history stays, with ``reason``); NotFoundError if it is
+        not there."""
         return Call(
             "DELETE",
             f"{MEMORY}/{_segment(memory_id)}",
             _nothing,
             Safety.IDEMPOTENT,
-            params=_present({"user_id": user_id}),
+            params=_present({"user_id": user_id, "reason": reason}),
             tenant_id=tenant_id,
             subject=("memory", memory_id),
         )
@@ -398,47 +404,50 @@ class MemoryCalls:
 
     @staticmethod
     def list(scope: Filter, *, limit: int = 100, cursor: str | None = None) -> Call[Page]:
-        """Memories matching ``scope`` (by ``user_id``, ``project_id`` and one of
-        ``types``), oldest first, a page at a time: follow ``next_cursor`` until it is
-        None. A page may hold fewer than ``limit`` when some are hidden from the key."""
-        _narrowing(scope, frozenset({"user_id", "project_id", "types"}))
+        """Memories matching ``scope`` (by ``LIST_FIELDS``), oldest first, a page at a
+        time: follow ``next_cursor`` until it is None."""
         if not 1 <= limit <= MAX_PAGE:
             raise ValidationError(f"must be 1 to {MAX_PAGE}", field="limit")
-        params = {
-            "user_id": scope.user_id,
-            "project_id": scope.project_id,
-            "type": _one_type(scope),
-            "limit": limit,
-            "cursor": cursor,
-        }
+        params = {**_list_params(scope), **_present({"limit": limit, "cursor": cursor})}
+        return Call(
+            "GET", MEMORY, _page, Safety.READ, params=params, tenant_id=_tenant(None, scope)
+        )
+
+    @staticmethod
+    def count(scope: Filter) -> Call[int]:
+        """How many memories match ``scope`` (by ``LIST_FIELDS``) that the key may see."""
+
+        def counted(data: Any) -> int:
+            return int(data["count"])
+
         return Call(
             "GET",
-            MEMORY,
-            _page,
+            f"{MEMORY}/count",
+            counted,
             Safety.READ,
-            params=_present(params),
+            params=_list_params(scope),
             tenant_id=_tenant(None, scope),
         )
 
     @staticmethod
     def export(scope: Filter) -> Call[None]:
-        """The export of one user's memories (``scope.user_id``, optional ``project_id``);
-        read as lines, not JSON."""
+        """The export of one user's memories (``scope.user_id``, narrowed by the other
+        ``LIST_FIELDS``); read as lines, not JSON."""
         scope.require_user()
-        _narrowing(scope, frozenset({"user_id", "project_id"}))
-        params = _present({"user_id": scope.user_id, "project_id": scope.project_id})
+        params = _list_params(scope)
         return Call(
             "GET", EXPORT_PATH, _nothing, Safety.READ, params=params, tenant_id=_tenant(None, scope)
         )
 
     @staticmethod
-    def import_(tenant_id: str | None) -> Call[int]:
+    def import_(tenant_id: str | None, on_conflict: OnConflict = "fail") -> Call[int]:
         """An import of JSON lines (the body is sent as a stream by the caller)."""
 
         def imported(data: Any) -> int:
             return int(data["imported"])
 
-        return Call("POST", IMPORT_PATH, imported, Safety.WRITE, tenant_id=tenant_id)
+        params = {"on_conflict": on_conflict}
+        return Call("POST", IMPORT_PATH, imported, Safety.WRITE, params=params, tenant_id=tenant_id)
 
 
 class SessionCalls:
@@ -631,7 +640,6 @@ __all__ = [
     "MemoryCalls",
     "Safety",
     "SessionCalls",
-    "import_conflicts",
     "jsonl_chunks",
     "with_self",
 ]

@@ -14,7 +14,6 @@ from chatmem.client.calls import (
     Call,
     MemoryCalls,
     SessionCalls,
-    import_conflicts,
     jsonl_chunks,
     with_self,
 )
@@ -134,9 +133,8 @@ class Client(_Part):
             yield from page.records
 
     def count(self, scope: Filter) -> int:
-        """How many memories match ``scope`` (that the key may see). The service has no
-        count route yet, so this walks the pages."""
-        return sum(len(page.records) for page in self.pages(scope, limit=MAX_PAGE))
+        """How many memories match ``scope`` (that the key may see), in one call."""
+        return self._transport.send(MemoryCalls.count(scope))
 
     def export_lines(self, scope: Filter) -> Iterator[str]:
         """One user's memories (``scope.user_id``, optional ``project_id``) as export
@@ -169,9 +167,10 @@ class Client(_Part):
         """Store the lines of an export, all or none, in the key's tenant; returns how
         many. ``lines`` (a file, a generator, ``export_lines``) are streamed, never held
         whole. A malformed line raises ImportFormatError naming it; an id its user already
-        holds raises ValidationError (the service imports with ``on_conflict="fail"``)."""
-        import_conflicts(on_conflict)
-        return self._transport.send(MemoryCalls.import_(tenant_id), content=jsonl_chunks(lines))
+        holds is handled as ``on_conflict`` says (``fail``: a ValidationError, nothing
+        stored; ``skip``; ``replace``)."""
+        call = MemoryCalls.import_(tenant_id, on_conflict)
+        return self._transport.send(call, content=jsonl_chunks(lines))
 
     def close(self) -> None:
         """Close the connections (not those of an ``http_client`` the caller passed)."""

@@ -209,7 +209,9 @@ def _register_errors(app: FastAPI) -> None:
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         loc = list(first.get("loc", ()))
-        if loc and loc[0] in ("body", "query", "path", "header", "cookie"):
+        if loc and loc[0] in ("query", "path", "header", "cookie"):
+            loc = loc[1:2]  # the parameter as sent: a repeated one (type=a&type=b) has no index
+        elif loc and loc[0] == "body":
             loc = loc[1:]  # where it came from, not a field's name (a field may be "query")
         param = field_path(loc)
         message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")

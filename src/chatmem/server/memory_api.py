@@ -14,6 +14,8 @@ import asyncio
 import io
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -21,13 +23,14 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chatmem.errors import ValidationError
-from chatmem.long_term import LongTermMemory
+from chatmem.long_term import LongTermMemory, OnConflict
 from chatmem.records import (
     MAX_TEXT_CHARS,
     HistoryEntry,
     MemoryRecord,
     MemoryType,
     SearchResult,
+    utcnow,
 )
 from chatmem.server.app import ApiError, MemoryRuntimeDep, ReaderDep, TenantDep
 from chatmem.server.auth import Reader
@@ -154,6 +157,50 @@ class Imported(BaseModel):
     imported: int
 
 
+class Counted(BaseModel):
+    count: int
+
+
+@dataclass(frozen=True)
+class Narrow:
+    """The filters a list, a count and an export share (beside the user)."""
+
+    project_id: str | None
+    session_id: str | None
+    agent_id: str | None
+    types: list[MemoryType] | None
+    created_after: datetime | None
+    created_before: datetime | None
+    current: bool
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "project_id": self.project_id,
+            "session_id": self.session_id,
+            "agent_id": self.agent_id,
+            "types": frozenset(self.types) if self.types else None,
+            "created_after": self.created_after,
+            "created_before": self.created_before,
+            "valid_at": utcnow() if self.current else None,
+        }
+
+
+def narrow_of(
+    project_id: OptionalIdQuery = None,
+    session_id: OptionalIdQuery = None,
+    agent_id: OptionalIdQuery = None,
+    type: Annotated[list[MemoryType] | None, Query(max_length=8)] = None,
+    created_after: Annotated[datetime | None, Query()] = None,
+    created_before: Annotated[datetime | None, Query()] = None,
+    current: Annotated[bool, Query()] = False,
+) -> Narrow:
+    """``type`` may repeat; times are ISO 8601; ``current`` keeps memories valid now."""
+    return Narrow(project_id, session_id, agent_id, type, created_after, created_before, current)
+
+
+NarrowDep = Annotated[Narrow, Depends(narrow_of)]
+
+
 def long_term_of(runtime: MemoryRuntimeDep) -> LongTermMemory:
     memory = runtime.long_term
     if memory is None:  # require_memory already answered; memory went off since
@@ -180,14 +227,12 @@ def visible_record(
     responses={200: {"content": {JSONL: {}}, "description": "One memory a line."}, **_UNAVAILABLE},
 )
 def export_memories(
-    memory: LongTermDep,
-    reader: ReaderDep,
-    user_id: IdQuery,
-    project_id: OptionalIdQuery = None,
+    memory: LongTermDep, reader: ReaderDep, user_id: IdQuery, narrow: NarrowDep
 ) -> Response:
-    """A user's memories as JSON lines (record and vector), for ``POST /v1/memory/import``."""
+    """A user's memories as JSON lines (record and vector), for ``POST /v1/memory/import``;
+    the list's filters narrow it."""
     out = io.StringIO()
-    written = memory.export_jsonl(reader.filter(user_id=user_id, project_id=project_id), out)
+    written = memory.export_jsonl(reader.filter(user_id=user_id, **narrow.fields()), out)
     disposition = f'attachment; filename="memories-{written}.jsonl"'
     return Response(out.getvalue(), media_type=JSONL, headers={"Content-Disposition": disposition})
 
@@ -203,9 +248,17 @@ def export_memories(
     },
     responses={413: {"description": "The body is too large."}, **_UNAVAILABLE},
 )
-async def import_memories(request: Request, memory: LongTermDep, tenant_id: TenantDep) -> Imported:
+async def import_memories(
+    request: Request,
+    memory: LongTermDep,
+    tenant_id: TenantDep,
+    on_conflict: Annotated[OnConflict, Query()] = "fail",
+) -> Imported:
     """Store the lines of an export, all or none, in the caller's tenant. A line whose
-    record names another tenant is refused: a key never writes into another tenant."""
+    record names another tenant is refused: a key never writes into another tenant.
+    ``on_conflict`` says what to do with a memory whose id the user already holds: ``fail``
+    (nothing is stored), ``skip`` it, or ``replace`` it (a new version; history keeps the
+    old)."""
     raw = await request.body()
     if len(raw) > MAX_IMPORT_BYTES:
         raise ApiError(413, f"an import is at most {MAX_IMPORT_BYTES} bytes", code="too_large")
@@ -214,7 +267,8 @@ async def import_memories(request: Request, memory: LongTermDep, tenant_id: Tena
     except UnicodeDecodeError as exc:
         raise ApiError(400, f"the body is not UTF-8: {exc}", code="invalid_encoding") from None
     lines = in_tenant(text.splitlines(), tenant_id)
-    return Imported(imported=await asyncio.to_thread(memory.import_jsonl, lines))
+    imported = await asyncio.to_thread(memory.import_jsonl, lines, on_conflict=on_conflict)
+    return Imported(imported=imported)
 
 
 def in_tenant(lines: Sequence[str], tenant_id: str) -> list[str]:
@@ -294,18 +348,23 @@ def create_memory(body: CreateMemory, memory: LongTermDep, tenant_id: TenantDep)
 def list_memories(
     memory: LongTermDep,
     reader: ReaderDep,
+    narrow: NarrowDep,
     user_id: OptionalIdQuery = None,
-    project_id: OptionalIdQuery = None,
-    type: Annotated[MemoryType | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Query(min_length=1, max_length=1024)] = None,
 ) -> MemoryPage:
     """The tenant's memories (or one user's), oldest first, a page at a time."""
-    scope = reader.filter(
-        user_id=user_id, project_id=project_id, types=frozenset({type}) if type else None
-    )
+    scope = reader.filter(user_id=user_id, **narrow.fields())
     page = memory.list(scope, limit=limit, cursor=cursor)
     return MemoryPage(memories=page.records, next_cursor=page.next_cursor)
+
+
+@router.get("/count", responses=_UNAVAILABLE)
+def count_memories(
+    memory: LongTermDep, reader: ReaderDep, narrow: NarrowDep, user_id: OptionalIdQuery = None
+) -> Counted:
+    """How many memories the list with the same filters would show, in one call."""
+    return Counted(count=memory.count(reader.filter(user_id=user_id, **narrow.fields())))
 
 
 @router.delete("", responses=_UNAVAILABLE)
@@ -375,10 +434,13 @@ def delete_memory(
     memory: LongTermDep,
     reader: ReaderDep,
     user_id: OptionalIdQuery = None,
+    reason: Annotated[str | None, Query(min_length=1, max_length=500)] = None,
 ) -> Deleted:
-    """Forget one memory (its history stays)."""
+    """Forget one memory (its history stays, with ``reason`` when given)."""
     visible_record(memory, reader, memory_id, user_id)
-    memory.delete(memory_id, tenant_id=reader.tenant_id, user_id=user_id, reason="deleted by API")
+    memory.delete(
+        memory_id, tenant_id=reader.tenant_id, user_id=user_id, reason=reason or "deleted by API"
+    )
     return Deleted(deleted=1)
 
 
