@@ -10,13 +10,28 @@ import pytest
 
 from chatmem.messages import SessionKey
 from chatmem.sessions import SessionStore
-from tests.sessions.helpers import drop_redis_prefix, open_backend, random_key
+from tests.sessions.helpers import (
+    POSTGRES,
+    drop_redis_prefix,
+    open_backend,
+    postgres_schema,
+    random_key,
+)
 
 
 @pytest.fixture(
-    scope="module", params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
+    scope="module",
+    params=[
+        "memory",
+        "sqlite",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
 )
 def backend(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgres":
+        pytest.importorskip("psycopg", reason="psycopg is not installed (chatmem[postgres])")
+        POSTGRES["uri"] = request.getfixturevalue("postgres_uri")
     return str(request.param)
 
 
@@ -30,6 +45,10 @@ def store(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
         opened.close()
         if backend == "redis":
             drop_redis_prefix(prefix)
+        if backend == "postgres":
+            from tests.stores.conftest import drop_schema
+
+            drop_schema(POSTGRES["uri"], postgres_schema(prefix))
 
 
 @pytest.fixture

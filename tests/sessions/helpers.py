@@ -67,11 +67,24 @@ def drop_redis_prefix(prefix: str) -> None:
         client.close()
 
 
+#: The test PostgreSQL database's URI, set by the ``backend`` fixture for the postgres runs.
+POSTGRES: dict[str, str] = {}
+
+
+def postgres_schema(prefix: str) -> str:
+    """The schema a postgres run uses for a Redis-style ``prefix``."""
+    return "t_" + prefix.rsplit("-", 1)[-1]
+
+
 def open_backend(backend: str, directory: Path, prefix: str) -> SessionStore:
     if backend == "memory":
         return InMemorySessionStore()
     if backend == "sqlite":
         return SQLiteSessionStore(directory / "sessions.db")
+    if backend == "postgres":
+        from chatmem.sessions.postgres import PostgresSessionStore
+
+        return PostgresSessionStore(POSTGRES["uri"], schema=postgres_schema(prefix))
     return open_redis(prefix)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from chatmem.errors import ConfigError, ValidationError
+from chatmem.messages import Message, SessionKey
 from chatmem.sessions import InMemorySessionStore, SQLiteSessionStore, open_session_store
 
 
@@ -32,7 +33,7 @@ def test_sqlite_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("uri", "error", "match"),
     [
-        ("postgres://db/x", ConfigError, "unknown session store scheme"),
+        ("mysql://db/x", ConfigError, "unknown session store scheme"),
         ("sqlite://host/x.db", ConfigError, "three slashes"),
         ("sqlite:///", ConfigError, "names no file"),
         ("redis://127.0.0.1:1/0?ttl=soon", ConfigError, "ttl"),
@@ -53,3 +54,20 @@ def test_redis_without_redis_py_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delitem(sys.modules, "chatmem.sessions.redis", raising=False)
     with pytest.raises(ConfigError, match=r"pip install 'chatmem\[redis\]'"):
         open_session_store("redis://127.0.0.1:6379/0")
+
+
+@pytest.mark.postgres
+def test_a_postgresql_uri_opens_the_postgres_store_in_its_schema(
+    postgres_uri: str, pg_schema: str
+) -> None:
+    pytest.importorskip("psycopg")
+    from chatmem.sessions.postgres import PostgresSessionStore
+
+    separator = "&" if "?" in postgres_uri else "?"
+    store = open_session_store(f"{postgres_uri}{separator}schema={pg_schema}")
+    try:
+        assert isinstance(store, PostgresSessionStore)
+        key = SessionKey("t", "u", "s")
+        assert store.append(key, [Message(role="user", content="hi")]) == 1
+    finally:
+        store.close()

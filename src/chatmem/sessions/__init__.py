@@ -3,6 +3,9 @@
 - ``memory://`` (or no URI): in the process (the default for a Memory object with no store).
 - ``redis://host:6379/0`` or ``rediss://…`` (``?prefix=…&ttl=…`` seconds): Redis; needs
   ``pip install 'chatmem[redis]'``; other query options go to redis-py.
+- ``postgresql://user:password@host:5432/dbname`` or ``postgres://…`` (``?schema=…``, default
+  ``chatmem_service``): PostgreSQL, shared by every replica; needs ``pip install
+  'chatmem[postgres]'``; other query options go to libpq.
 - ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or a bare path (``?synchronous=full``):
   SQLite; it may be the long-term store's file.
 """
@@ -20,6 +23,7 @@ from chatmem.sessions.sqlite import SQLiteSessionStore
 if TYPE_CHECKING:
     from chatmem.sessions.redis import RedisSessionStore
 
+_POSTGRES_EXTRA = "the postgres session store needs psycopg: pip install 'chatmem[postgres]'"
 _REDIS_EXTRA = "the redis session store needs redis-py: pip install 'chatmem[redis]'"
 
 
@@ -34,12 +38,15 @@ def open_session_store(uri: str | None = None) -> SessionStore:
         return InMemorySessionStore()
     if parts.scheme in {"redis", "rediss"}:
         return _open_redis(uri)
+    if parts.scheme in {"postgresql", "postgres"}:
+        return _open_postgres(uri)
     if parts.scheme == "sqlite":
         options = dict(parse_qsl(parts.query))
         path = _sqlite_path(parts.netloc, parts.path, uri)
         return SQLiteSessionStore(path, synchronous=options.get("synchronous", "NORMAL"))
     raise ConfigError(
-        f"unknown session store scheme {parts.scheme!r} in {uri!r} (memory, redis, rediss, sqlite)"
+        f"unknown session store scheme {parts.scheme!r} in {uri!r}"
+        " (memory, redis, rediss, postgresql, sqlite)"
     )
 
 
@@ -58,6 +65,18 @@ def _open_redis(uri: str) -> SessionStore:
         prefix=ours.get("prefix", "chatmem"),
         ttl_s=_ttl(ours.get("ttl"), uri),
     )
+
+
+def _open_postgres(uri: str) -> SessionStore:
+    try:
+        from chatmem.sessions.postgres import PostgresSessionStore
+    except ImportError as exc:
+        raise ConfigError(_POSTGRES_EXTRA) from exc
+    parts = urlsplit(uri)
+    options = parse_qsl(parts.query)
+    schema = dict(options).get("schema", "chatmem_service")
+    rest = urlencode([(name, value) for name, value in options if name != "schema"])
+    return PostgresSessionStore(urlunsplit(parts._replace(query=rest)), schema=schema)
 
 
 def _ttl(value: str | None, uri: str) -> int | None:

@@ -168,7 +168,8 @@ class PostgresDatabase:
 class PostgresTables:
     """One part of the state in a :class:`PostgresDatabase`: its migrations, and a gate of
     its own, so closing the part refuses its calls even while the database stays open for
-    the other parts. Opened from a conninfo, the part owns its database and closes it."""
+    the other parts. Opened from a conninfo, the part owns its database (in ``schema``) and
+    closes it."""
 
     def __init__(
         self,
@@ -177,9 +178,12 @@ class PostgresTables:
         *,
         table: str,
         what: str = "PostgreSQL tables",
+        schema: str = SERVICE_SCHEMA,
     ) -> None:
-        owns = not isinstance(database, PostgresDatabase)
-        self.database = PostgresDatabase(database) if isinstance(database, str) else database
+        owns = isinstance(database, str)
+        if isinstance(database, str):
+            database = PostgresDatabase(database, schema=schema, pool_size=4)
+        self.database = database
         self._owns = owns
         self._gate = Gate(f"{what} in {self.database.location}")
         self.schema = self.database.schema
