@@ -20,7 +20,7 @@ if os.environ.get("CHATMEM_HYPOTHESIS_PROFILE"):
 @pytest.fixture(scope="session")
 def postgres_uri() -> Iterator[str]:
     """A PostgreSQL database with pgvector for the whole run (see tests/stores/conftest.py)."""
-    from tests.stores.conftest import postgres_server
+    from tests.pg_server import postgres_server
 
     with postgres_server() as uri:
         yield uri
@@ -31,7 +31,7 @@ def pg_schema(postgres_uri: str) -> Iterator[str]:
     """A schema of its own for one test, dropped afterwards."""
     import uuid
 
-    from tests.stores.conftest import drop_schema
+    from tests.pg_server import drop_schema
 
     schema = f"t_{uuid.uuid4().hex[:16]}"
     yield schema

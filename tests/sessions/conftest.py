@@ -46,7 +46,7 @@ def store(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
         if backend == "redis":
             drop_redis_prefix(prefix)
         if backend == "postgres":
-            from tests.stores.conftest import drop_schema
+            from tests.pg_server import drop_schema
 
             drop_schema(POSTGRES["uri"], postgres_schema(prefix))
 

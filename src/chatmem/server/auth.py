@@ -6,7 +6,8 @@ name another tenant's data. The admin key manages keys and tenants and holds no 
 its own (it names one with ``X-Chatmem-Tenant``).
 
 Keys come from the config file (fixed) and from the admin API (kept in the service's
-SQLite file, revocable). Lookups are cached in memory, so checking a key costs a dict read.
+SQLite file, or in PostgreSQL when the memory store is there, revocable). Lookups are
+cached in memory, so checking a key costs a dict read.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import hmac
 import secrets
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from chatmem.errors import NotFoundError, ValidationError
 from chatmem.records import Filter, new_id
@@ -115,18 +117,92 @@ def check_roles(roles: list[str]) -> list[str]:
     return sorted(set(roles))
 
 
-class KeyStore:
-    """Keys by digest: the admin key and the config's keys in memory, the rest in SQLite
-    (``path`` None keeps them in memory too, for a service whose database is unavailable)."""
+class KeyTable(Protocol):
+    """Where API-made keys are kept: the service's SQLite file, or PostgreSQL shared by
+    every replica (:mod:`chatmem.server.pg_state`)."""
 
-    def __init__(self, path: str | Path | None, *, admin_key: str | None = None) -> None:
-        self._file = SQLiteFile(path) if path is not None else None
-        if self._file is not None:
-            self._file.migrate(MIGRATIONS, table=MIGRATIONS_TABLE)
+    def insert(self, info: KeyInfo, hashed: str) -> None: ...
+
+    def revoke(self, key_id: str, at_ms: int) -> None: ...
+
+    def rows(self) -> list[KeyInfo]: ...
+
+    def lookup(self, hashed: str) -> KeyInfo | None: ...
+
+    def close(self) -> None: ...
+
+
+class SQLiteKeyTable:
+    """API-made keys in the service's SQLite file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._file = SQLiteFile(path)
+        self._file.migrate(MIGRATIONS, table=MIGRATIONS_TABLE)
+
+    def insert(self, info: KeyInfo, hashed: str) -> None:
+        row = (info.key_id, hashed, info.tenant_id, ",".join(info.roles), info.name)
+        self._file.write(
+            lambda conn: conn.execute(
+                "INSERT INTO api_keys (key_id, digest, tenant_id, roles, name, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (*row, info.created_at),
+            )
+        )
+
+    def revoke(self, key_id: str, at_ms: int) -> None:
+        self._file.write(
+            lambda conn: conn.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+                (at_ms, key_id),
+            )
+        )
+
+    def rows(self) -> list[KeyInfo]:
+        with self._file.read() as conn:
+            rows = conn.execute(
+                "SELECT key_id, tenant_id, roles, name, created_at, revoked_at"
+                " FROM api_keys ORDER BY created_at, key_id"
+            ).fetchall()
+        return [row_info(row) for row in rows]
+
+    def lookup(self, hashed: str) -> KeyInfo | None:
+        with self._file.read() as conn:
+            row = conn.execute(
+                "SELECT key_id, tenant_id, roles, name, created_at, revoked_at"
+                " FROM api_keys WHERE digest = ?",
+                (hashed,),
+            ).fetchone()
+        return None if row is None else row_info(row)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class KeyStore:
+    """Keys by digest: the admin key and the config's keys in memory, the rest in a
+    ``KeyTable``: the SQLite file at ``path``, or ``table`` (``path`` and ``table`` None keep
+    them in memory too, for a service whose database is unavailable).
+
+    Lookups are cached; with ``cache_s`` a cached answer is asked again after that many
+    seconds, so a key revoked through another replica stops working here within it.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None,
+        *,
+        admin_key: str | None = None,
+        table: KeyTable | None = None,
+        cache_s: float | None = None,
+    ) -> None:
+        self._file: KeyTable | None = table
+        if table is None and path is not None:
+            self._file = SQLiteKeyTable(path)
         self._admin = digest(admin_key) if admin_key else None
         self._fixed: dict[str, KeyInfo] = {}
         self._made: dict[str, KeyInfo] = {}  # api keys when there is no file
-        self._cache: dict[str, Principal | None] = {}
+        self._cache: dict[str, tuple[Principal | None, float]] = {}
+        self._cache_s = cache_s
         self._lock = threading.Lock()
 
     def add_fixed(self, key: str, tenant_id: str, roles: list[str], name: str | None) -> None:
@@ -147,9 +223,11 @@ class KeyStore:
         hashed = digest(key)
         if self._admin is not None and hmac.compare_digest(hashed, self._admin):
             return Principal(None, frozenset({ADMIN}))
+        now = time.monotonic()
         with self._lock:
-            if hashed in self._cache:
-                return self._cache[hashed]
+            cached = self._cache.get(hashed)
+            if cached is not None and (self._cache_s is None or now - cached[1] < self._cache_s):
+                return cached[0]
         info = self._fixed.get(hashed) or self._lookup(hashed)
         principal = None
         if info is not None and not info.revoked:
@@ -157,7 +235,7 @@ class KeyStore:
         with self._lock:
             if len(self._cache) > 10_000:
                 self._cache.clear()
-            self._cache[hashed] = principal
+            self._cache[hashed] = (principal, now)
         return principal
 
     def create(
@@ -177,14 +255,7 @@ class KeyStore:
         if self._file is None:
             self._made[digest(key)] = info
         else:
-            row = (info.key_id, digest(key), info.tenant_id, ",".join(info.roles), name)
-            self._file.write(
-                lambda conn: conn.execute(
-                    "INSERT INTO api_keys (key_id, digest, tenant_id, roles, name, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (*row, info.created_at),
-                )
-            )
+            self._file.insert(info, digest(key))
         return key, info
 
     def revoke(self, key_id: str) -> KeyInfo:
@@ -198,12 +269,7 @@ class KeyStore:
                 if info.key_id == key_id:
                     self._made[hashed] = _revoked(info)
         else:
-            self._file.write(
-                lambda conn: conn.execute(
-                    "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
-                    (now, key_id),
-                )
-            )
+            self._file.revoke(key_id, now)
         with self._lock:
             self._cache.clear()
         return _revoked(found[0])
@@ -212,31 +278,21 @@ class KeyStore:
         """Every key (or one tenant's), config keys first, then by creation."""
         found = list(self._fixed.values()) + list(self._made.values())
         if self._file is not None:
-            with self._file.read() as conn:
-                rows = conn.execute(
-                    "SELECT key_id, tenant_id, roles, name, created_at, revoked_at"
-                    " FROM api_keys ORDER BY created_at, key_id"
-                ).fetchall()
-            found += [_row_info(row) for row in rows]
+            found += self._file.rows()
         return [k for k in found if tenant_id is None or k.tenant_id == tenant_id]
 
     def _lookup(self, hashed: str) -> KeyInfo | None:
         if self._file is None:
             return self._made.get(hashed)
-        with self._file.read() as conn:
-            row = conn.execute(
-                "SELECT key_id, tenant_id, roles, name, created_at, revoked_at"
-                " FROM api_keys WHERE digest = ?",
-                (hashed,),
-            ).fetchone()
-        return None if row is None else _row_info(row)
+        return self._file.lookup(hashed)
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
 
 
-def _row_info(row: tuple[Any, ...]) -> KeyInfo:
+def row_info(row: Sequence[Any]) -> KeyInfo:
+    """A key from a row of (key_id, tenant_id, roles, name, created_at, revoked_at)."""
     roles = [role for role in row[2].split(",") if role]
     return KeyInfo(row[0], row[1], roles, row[3], row[4], row[5] is not None, "api")
 
@@ -247,4 +303,14 @@ def _revoked(info: KeyInfo) -> KeyInfo:
     )
 
 
-__all__ = ["ADMIN", "KeyInfo", "KeyStore", "Principal", "digest", "new_key"]
+__all__ = [
+    "ADMIN",
+    "KeyInfo",
+    "KeyStore",
+    "KeyTable",
+    "Principal",
+    "SQLiteKeyTable",
+    "digest",
+    "new_key",
+    "row_info",
+]

@@ -2,8 +2,10 @@
 
 ``Runtime.start(config)`` opens the parts in order and never fails because of memory (F1):
 
-- the service database (keys, response chains, the extraction queue, sessions by default),
-  a SQLite file in ``server.data_dir``; unusable, it falls back to memory, logged;
+- the service state (keys, response chains, the extraction queue, webhook deliveries,
+  sessions by default): in PostgreSQL when the memory store is PostgreSQL (schema
+  ``<prefix>_service``), shared by every replica; else a SQLite file in ``server.data_dir``;
+  unusable, PostgreSQL falls back to that file and the file to memory, logged;
 - the long-term store and the embedder; unusable, memory is off for the run, logged as
   ``ERROR: memory store unavailable, memory disabled``, and chat is still served;
 - the retriever, the extraction worker (a background thread) and the webhook sender.
@@ -16,6 +18,8 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from chatmem.caches import MiB
 from chatmem.embeddings.base import Embedder
@@ -51,9 +55,15 @@ from chatmem.worker import (
     Worker,
 )
 
+if TYPE_CHECKING:
+    from chatmem.server.pg_state import PostgresState
+
 logger = logging.getLogger("chatmem.server")
 
 SERVICE_DB = "service.db"
+#: With state shared by replicas, how long a key's lookup is trusted before it is asked
+#: again (a key revoked on another replica stops working here within this).
+KEY_CACHE_S = 5.0
 
 
 def default_data_dir() -> Path:
@@ -82,6 +92,9 @@ class Runtime:
     worker: Worker | None = None
     memory_error: str | None = None
     database_error: str | None = None
+    #: The PostgreSQL state every replica shares (with a PostgreSQL memory store), or None
+    #: for the data dir's SQLite file.
+    shared_state: PostgresState | None = None
     _closed: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -97,10 +110,16 @@ class Runtime:
         """Open everything ``config`` names; ``embedder`` replaces the configured one (tests
         share one loaded model)."""
         data_dir = Path(config.server.data_dir) if config.server.data_dir else default_data_dir()
-        database, database_error = _service_database(data_dir)
-        keys = _keys(config, database)
-        sessions = _sessions(config, database)
-        outbox: Outbox = SQLiteOutbox(database) if database else InMemoryOutbox()
+        shared, database, database_error = _service_state(config, data_dir)
+        keys = _keys(config, database, shared)
+        sessions = _sessions(config, database, shared)
+        outbox: Outbox = (
+            shared.outbox()
+            if shared is not None
+            else SQLiteOutbox(database)
+            if database
+            else InMemoryOutbox()
+        )
         models = config.models()
         metrics = Metrics()
         runtime = cls(
@@ -125,13 +144,20 @@ class Runtime:
             ),
             metrics=metrics,
             models=models,
-            webhooks=WebhookSender.from_config(config.webhooks.session_end, metrics, database),
+            webhooks=WebhookSender.from_config(
+                config.webhooks.session_end,
+                metrics,
+                database,
+                table=shared.deliveries if shared is not None else None,
+            ),
             responses=ResponseStore(
                 database,
                 limit=config.server.max_responses,
                 memory_bytes=round(config.server.responses_memory_mib * MiB),
+                table=shared.responses() if shared is not None else None,
             ),
             database_error=database_error,
+            shared_state=shared,
         )
         if config.memory.enabled:
             runtime._open_memory(embedder or _embedder(config))
@@ -344,6 +370,8 @@ class Runtime:
         self.responses.close()
         self.short_term.store.close()
         self.keys.close()
+        if self.shared_state is not None:
+            self.shared_state.close()
 
 
 def _service_database(data_dir: Path) -> tuple[Path | None, str | None]:
@@ -358,10 +386,55 @@ def _service_database(data_dir: Path) -> tuple[Path | None, str | None]:
     return path, None
 
 
-def _keys(config: ServiceConfig, database: Path | None) -> KeyStore:
+#: Query options of a store URI that are chatmem's, not libpq's.
+_STORE_OPTIONS = frozenset({"prefix", "cache", "cache_ttl", "cache_prefix"})
+
+
+def service_location(store_uri: str | None) -> tuple[str, str] | None:
+    """Where the service state goes for a memory store URI: (conninfo, schema) for a
+    PostgreSQL store (the schema is ``<prefix>_service``, ``chatmem_service`` by default),
+    else None (the state stays in the data dir's SQLite file)."""
+    if not store_uri or "://" not in store_uri:
+        return None
+    parts = urlsplit(store_uri)
+    if parts.scheme not in {"postgresql", "postgres"}:
+        return None
+    options = parse_qsl(parts.query, keep_blank_values=True)
+    prefix = dict(options).get("prefix")
+    schema = f"{prefix}_service" if prefix else "chatmem_service"
+    libpq = urlencode([(name, value) for name, value in options if name not in _STORE_OPTIONS])
+    return urlunsplit(parts._replace(query=libpq)), schema
+
+
+def _service_state(
+    config: ServiceConfig, data_dir: Path
+) -> tuple[PostgresState | None, Path | None, str | None]:
+    """Where keys, response chains, the outbox, webhooks and sessions live: PostgreSQL
+    beside a PostgreSQL memory store (so replicas share them), else the data dir's SQLite
+    file, else memory. Returns (shared state, SQLite file, why the file is unusable)."""
+    location = service_location(config.memory.store_uri())
+    if location is not None:
+        try:
+            from chatmem.server.pg_state import PostgresState
+
+            return PostgresState(location[0], schema=location[1]), None, None
+        except (ChatmemError, ImportError) as exc:
+            logger.error(
+                "PostgreSQL service state unavailable, keeping it in %s: %s", data_dir, exc
+            )
+    return None, *_service_database(data_dir)
+
+
+def _keys(
+    config: ServiceConfig, database: Path | None, shared: PostgresState | None = None
+) -> KeyStore:
     auth = config.auth
     admin = auth.admin_key or (os.environ.get(auth.admin_key_env) if auth.admin_key_env else None)
-    keys = KeyStore(database, admin_key=admin)
+    if shared is not None:
+        # Other replicas revoke keys too: a cached answer is asked again after a while.
+        keys = KeyStore(None, admin_key=admin, table=shared.keys(), cache_s=KEY_CACHE_S)
+    else:
+        keys = KeyStore(database, admin_key=admin)
     for entry in auth.keys:
         key = entry.key or os.environ.get(entry.key_env or "")
         if not key:
@@ -371,8 +444,12 @@ def _keys(config: ServiceConfig, database: Path | None) -> KeyStore:
     return keys
 
 
-def _sessions(config: ServiceConfig, database: Path | None) -> SessionStore:
+def _sessions(
+    config: ServiceConfig, database: Path | None, shared: PostgresState | None = None
+) -> SessionStore:
     uri = config.memory.sessions.store
+    if uri is None and shared is not None:
+        return shared.sessions()
     if uri is None:
         return open_session_store(str(database)) if database else InMemorySessionStore()
     try:
@@ -397,4 +474,4 @@ def _extractor(models: ModelRegistry) -> Extractor:
     return OfflineExtractor() if model is None else LLMExtractor(model)
 
 
-__all__ = ["Runtime", "default_data_dir"]
+__all__ = ["Runtime", "default_data_dir", "service_location"]

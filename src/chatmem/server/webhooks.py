@@ -9,9 +9,10 @@ configured secret, so a receiver can check both who sent it and that it is fresh
 error, a 429 or a 5xx, up to ``max_attempts``; a 4xx other than 429 is final. Deliveries run
 in a background thread and never block a chat.
 
-With the service database, pending deliveries are rows of its ``webhook_deliveries`` table:
-an event survives a restart (the next start delivers it, with its id, so a receiver can
-deduplicate), and the processes of ``chatmem serve --workers N`` share the queue, each row
+With the service database (SQLite, or PostgreSQL beside a PostgreSQL memory store), pending
+deliveries are rows of its ``webhook_deliveries`` table: an event survives a restart (the
+next start delivers it, with its id, so a receiver can deduplicate), and the processes of
+``chatmem serve --workers N`` (or every replica, on PostgreSQL) share the queue, each row
 leased by one sender at a time. An event given up on stays in the table as ``failed`` with
 its last error. Without a database (the service runs on memory only) the queue is in memory,
 bounded, and a full queue drops the event, logged.
@@ -27,8 +28,9 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import httpx
 
@@ -82,10 +84,27 @@ _MIGRATIONS = (
 _LEASE_MS = 30_000
 
 
-class _Claim(NamedTuple):
+class DeliveryClaim(NamedTuple):
     event_id: str
     body: bytes
     attempts: int
+
+
+class Deliveries(Protocol):
+    """Where pending deliveries wait: memory, the service's SQLite file, or PostgreSQL
+    shared by every replica (:mod:`chatmem.server.pg_state`)."""
+
+    def add(self, event_id: str, body: bytes, now: float) -> bool: ...
+
+    def claim(self, now: float, lease_s: float) -> DeliveryClaim | None: ...
+
+    def retry(self, claim: DeliveryClaim, at: float) -> None: ...
+
+    def end(self, claim: DeliveryClaim, error: str | None) -> None: ...
+
+    def next_due(self) -> float | None: ...
+
+    def pending(self) -> int: ...
 
 
 class _MemoryDeliveries:
@@ -103,7 +122,7 @@ class _MemoryDeliveries:
             self._rows[event_id] = (body, 0, now)
             return True
 
-    def claim(self, now: float, lease_s: float) -> _Claim | None:
+    def claim(self, now: float, lease_s: float) -> DeliveryClaim | None:
         with self._lock:
             due = [(at, i) for i, (_, _, at) in self._rows.items() if i not in self._leased]
             due = [(at, i) for at, i in due if at <= now]
@@ -112,14 +131,14 @@ class _MemoryDeliveries:
             event_id = min(due)[1]
             self._leased.add(event_id)
             body, attempts, _ = self._rows[event_id]
-            return _Claim(event_id, body, attempts)
+            return DeliveryClaim(event_id, body, attempts)
 
-    def retry(self, claim: _Claim, at: float) -> None:
+    def retry(self, claim: DeliveryClaim, at: float) -> None:
         with self._lock:
             self._rows[claim.event_id] = (claim.body, claim.attempts + 1, at)
             self._leased.discard(claim.event_id)
 
-    def end(self, claim: _Claim, error: str | None) -> None:
+    def end(self, claim: DeliveryClaim, error: str | None) -> None:
         with self._lock:
             self._rows.pop(claim.event_id, None)
             self._leased.discard(claim.event_id)
@@ -151,10 +170,10 @@ class _SQLiteDeliveries:
         self._file.write(work)
         return True
 
-    def claim(self, now: float, lease_s: float) -> _Claim | None:
+    def claim(self, now: float, lease_s: float) -> DeliveryClaim | None:
         moment = int(now * 1000)
 
-        def work(conn: sqlite3.Connection) -> _Claim | None:
+        def work(conn: sqlite3.Connection) -> DeliveryClaim | None:
             row = conn.execute(
                 "SELECT id, body, attempts FROM webhook_deliveries WHERE state = 'pending'"
                 " AND url = ? AND next_at <= ? AND (leased_until IS NULL OR leased_until < ?)"
@@ -167,11 +186,11 @@ class _SQLiteDeliveries:
                 "UPDATE webhook_deliveries SET leased_until = ? WHERE id = ?",
                 (moment + int(lease_s * 1000) + _LEASE_MS, row[0]),
             )
-            return _Claim(str(row[0]), str(row[1]).encode(), int(row[2]))
+            return DeliveryClaim(str(row[0]), str(row[1]).encode(), int(row[2]))
 
         return self._file.write(work)
 
-    def retry(self, claim: _Claim, at: float) -> None:
+    def retry(self, claim: DeliveryClaim, at: float) -> None:
         self._file.write(
             lambda conn: conn.execute(
                 "UPDATE webhook_deliveries SET attempts = ?, next_at = ?, leased_until = NULL"
@@ -180,7 +199,7 @@ class _SQLiteDeliveries:
             )
         )
 
-    def end(self, claim: _Claim, error: str | None) -> None:
+    def end(self, claim: DeliveryClaim, error: str | None) -> None:
         if error is None:
             self._file.write(
                 lambda conn: conn.execute(
@@ -226,12 +245,19 @@ class WebhookSender:
         secret: str,
         metrics: Metrics,
         database: Path | None = None,
+        *,
+        table: Callable[[str], Deliveries] | None = None,
     ) -> None:
         self.target = target
         self._secret = secret
         self._metrics = metrics
-        self._deliveries: _MemoryDeliveries | _SQLiteDeliveries = _MemoryDeliveries()
-        if database is not None:
+        self._deliveries: Deliveries = _MemoryDeliveries()
+        if table is not None:
+            try:
+                self._deliveries = table(target.url)
+            except StoreError as exc:
+                logger.error("webhook queue kept in memory (database unavailable): %s", exc)
+        elif database is not None:
             try:
                 self._deliveries = _SQLiteDeliveries(database, target.url)
             except StoreError as exc:
@@ -244,18 +270,25 @@ class WebhookSender:
 
     @classmethod
     def from_config(
-        cls, target: WebhookTarget | None, metrics: Metrics, database: Path | None = None
+        cls,
+        target: WebhookTarget | None,
+        metrics: Metrics,
+        database: Path | None = None,
+        *,
+        table: Callable[[str], Deliveries] | None = None,
     ) -> WebhookSender | None:
+        """The sender of ``target``; its queue in ``table`` (made for the target's URL),
+        else the SQLite file ``database``, else memory."""
         if target is None:
             return None
         secret = target.secret or (os.environ.get(target.secret_env) if target.secret_env else "")
         if not secret:
             logger.warning("webhook %s has no secret: its deliveries are unsigned", target.url)
-        return cls(target, secret or "", metrics, database)
+        return cls(target, secret or "", metrics, database, table=table)
 
     @property
     def durable(self) -> bool:
-        return isinstance(self._deliveries, _SQLiteDeliveries)
+        return not isinstance(self._deliveries, _MemoryDeliveries)
 
     def send(self, event: dict[str, Any]) -> bool:
         """Queue an event (never waits on the receiver); False when it was dropped."""
@@ -302,7 +335,7 @@ class WebhookSender:
             self._wake.wait(wait)
             self._wake.clear()
 
-    def _attempt(self, claim: _Claim) -> None:
+    def _attempt(self, claim: DeliveryClaim) -> None:
         attempt = claim.attempts + 1
         headers = {"Content-Type": "application/json", "User-Agent": "chatmem-webhooks"}
         if self._secret:
@@ -351,8 +384,16 @@ class WebhookSender:
         self._wake.set()
         self._thread.join(timeout)
         self._client.close()
-        if isinstance(self._deliveries, _SQLiteDeliveries):
-            self._deliveries.close()
+        close = getattr(self._deliveries, "close", None)
+        if callable(close):
+            close()
 
 
-__all__ = ["SIGNATURE_HEADER", "WebhookSender", "sign", "verify"]
+__all__ = [
+    "SIGNATURE_HEADER",
+    "Deliveries",
+    "DeliveryClaim",
+    "WebhookSender",
+    "sign",
+    "verify",
+]

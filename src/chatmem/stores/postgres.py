@@ -149,7 +149,18 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX history_by_memory ON {schema}.memory_history (memory_id, seq);
     """,
+    # The write policy looks a user's memories up by these user_metadata keys on every
+    # extraction batch; without an index each lookup read every row of the user.
+    """
+    CREATE INDEX memories_by_write_batch ON {schema}.memories (tenant_id, user_id,
+        (COALESCE(user_metadata -> 'write_batch', 'null'::jsonb)), created_at);
+    CREATE INDEX memories_by_subject ON {schema}.memories (tenant_id, user_id,
+        (COALESCE(user_metadata -> 'subject', 'null'::jsonb)), created_at);
+    """,
 )
+#: user_metadata keys with an index (migration 2); a filter on one of them names the key in
+#: the SQL text, the index's own expression, so the planner can use it.
+INDEXED_METADATA = frozenset({"write_batch", "subject"})
 
 _INSERT_COLUMNS = (
     "id, tenant_id, user_id, agent_id, project_id, session_id, type, scope, created_at,"
@@ -214,8 +225,13 @@ def _where(scope: Filter, alias: str = "m") -> tuple[str, builtins.list[Any]]:
             conditions.append("FALSE")
             continue
         choices = ", ".join(["%s::jsonb"] * len(same))
-        conditions.append(f"COALESCE({alias}.user_metadata -> %s, 'null'::jsonb) IN ({choices})")
-        params.extend([key, *same])
+        if key in INDEXED_METADATA:
+            path = f"{alias}.user_metadata -> '{key}'"
+        else:
+            path = f"{alias}.user_metadata -> %s"
+            params.append(key)
+        conditions.append(f"COALESCE({path}, 'null'::jsonb) IN ({choices})")
+        params.extend(same)
     if scope.reader_roles is not None:
         # SPEC L7: a memory that names roles only for a reader holding one of them.
         roles = f"({alias}.body::jsonb -> 'access_control' -> 'allowed_roles')"
