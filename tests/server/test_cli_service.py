@@ -154,9 +154,8 @@ def test_serve_refuses_a_store_uri_that_cannot_be_right(
 ) -> None:
     done = _cli(*args, "--port", str(_free_port()), env={**_env(tmp_path), **variables})
     assert done.returncode == 1
-    assert done.stderr.splitlines() == [
-        f"error: {source}: unknown store scheme 'foo' in 'foo://bar' (sqlite, milvus, postgresql)"
-    ]
+    (line,) = done.stderr.splitlines()  # the schemes it knows follow, in parentheses
+    assert line.startswith(f"error: {source}: unknown store scheme 'foo' in 'foo://bar' (sqlite")
 
 
 def test_config_check_reports_an_unknown_store_scheme(tmp_path: Path) -> None:
@@ -164,10 +163,10 @@ def test_config_check_reports_an_unknown_store_scheme(tmp_path: Path) -> None:
     config.write_text('memory:\n  store: "foo://bar"\n')
     done = _cli("config", "check", str(config), env=_env(tmp_path))
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.splitlines() == [
-        f"error: {config}: memory.store: unknown store scheme 'foo' in 'foo://bar' "
-        "(sqlite, milvus, postgresql)"
-    ]
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(
+        f"error: {config}: memory.store: unknown store scheme 'foo' in 'foo://bar' (sqlite"
+    )
     config.write_text("memory:\n  store: null\n")
     unset = _cli("config", "check", str(config), env={**_env(tmp_path), "CHATMEM_STORE": "foo://"})
     assert unset.returncode == 1 and "$CHATMEM_STORE: unknown store scheme" in unset.stderr
