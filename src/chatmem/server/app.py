@@ -283,7 +283,7 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
     """A service for ``config`` (defaults when None). Its runtime is started when the app
     starts (or given, already started, as ``runtime``) and closed when it stops."""
     from chatmem.mcp.http import mount as mount_mcp
-    from chatmem.server import admin, chat, guard, health, memory_api, responses, sessions_api
+    from chatmem.server import admin, chat, guard, health, memory_api, responses, sessions_api, ui
 
     config = config or (runtime.config if runtime is not None else ServiceConfig())
 
@@ -327,6 +327,7 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
     for module in (health, chat, responses, memory_api, sessions_api, admin):
         app.include_router(module.router)
     mcp_serving = mount_mcp(app)  # MCP over streamable HTTP at /mcp (nothing without chatmem[mcp])
+    ui.mount(app)  # the inspector at /ui
     return app
 
 
