@@ -338,3 +338,10 @@ def test_errors_name_the_option_the_user_gave(store: str, args: tuple[str, ...],
     done = _subprocess(store, *args)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [line]
+
+
+def test_add_of_a_long_text_prints_the_id_of_every_part(cli: Cli) -> None:
+    text = "\n\n".join(f"Paragraph {n} of a pasted report about region{n}." for n in range(2000))
+    ids = cli("add", "--user", "alice", text).stdout.split()
+    assert len(ids) > 1
+    assert sorted(_ids(cli, "alice")) == sorted(ids)
