@@ -46,6 +46,7 @@ from chatmem.errors import (
     ValidationError,
 )
 from chatmem.long_term import LongTermMemory
+from chatmem.mcp.cli import mcp as mcp_command
 from chatmem.records import Filter, MemoryRecord, MemoryType, Vector
 from chatmem.stores import ENV_VAR as STORE_ENV
 from chatmem.stores import check_store_uri, default_store_uri
@@ -835,6 +836,11 @@ def config_check(
     out.print(f"  models: {', '.join(r.value for r in models.roles()) or 'none (offline)'}")
     if show:
         _print_json(loaded.model_dump(mode="json", exclude={"auth": {"admin_key"}}))
+
+
+# `chatmem mcp`: the MCP server over stdio (the chatmem[mcp] extra; importing the command
+# does not import mcp).
+app.command("mcp")(mcp_command)
 
 
 @app.command()

@@ -19,22 +19,15 @@ def _blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
 
 
-def _chatmem_has_mcp() -> bool:
-    """Whether ``chatmem mcp`` is a command of the installed command line."""
+def test_chatmem_mcp_is_a_command() -> None:
     from chatmem.cli import app
 
     group = typer.main.get_command(app)
-    return "mcp" in getattr(group, "commands", {})
+    assert "mcp" in getattr(group, "commands", {})
 
 
 def test_the_stdio_example_runs(tmp_path: Path) -> None:
-    example = _blocks("python")[0]
-    if not _chatmem_has_mcp():
-        # Until the command line registers it, the same server is `python -m chatmem.mcp`.
-        example = example.replace(
-            'command="chatmem", args=["mcp",',
-            f'command={sys.executable!r}, args=["-m", "chatmem.mcp",',
-        )
+    example = _blocks("python")[0]  # run as written: it starts `chatmem mcp`
     (tmp_path / "example.py").write_text(example, encoding="utf-8")
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
