@@ -184,6 +184,8 @@ class ScriptedOpenAIServer:
         texts = [texts] if isinstance(texts, str) else texts
         if not isinstance(texts, list):
             return _Reply(400, _error("input must be a string or a list", "input"))
+        # Token arrays (what some clients send instead of text) are embedded as their JSON.
+        texts = [t if isinstance(t, str) else json.dumps(t) for t in texts]
         data = [
             {"object": "embedding", "index": i, "embedding": self._embed(t).tolist()}
             for i, t in enumerate(texts)

@@ -411,7 +411,8 @@ def test_auto_store_false_queues_no_extraction(service: TestClient) -> None:
         ({"input": 7}, "input"),
         ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role"),
         ({"input": ["hi"]}, "input[0]"),
-        ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].type"),
+        ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
             "input[0].content[0].type",
@@ -421,7 +422,7 @@ def test_auto_store_false_queues_no_extraction(service: TestClient) -> None:
             "input[0].content[0].text",
         ),
         ({"input": [{"role": "user", "content": 3}]}, "input[0].content"),
-        ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools"),
+        ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"input": "hi", "temperature": 9}, "temperature"),
         ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
         ({"input": "hi", "memory_config": {"retrieval_limit": 0}}, "memory_config.retrieval_limit"),
@@ -453,7 +454,6 @@ def test_the_ignored_openai_fields_are_accepted(
 ) -> None:
     values: dict[str, Any] = {
         "include": [],
-        "parallel_tool_calls": False,
         "truncation": "disabled",
         "service_tier": "auto",
         "prompt_cache_key": "k",

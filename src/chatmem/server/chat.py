@@ -12,6 +12,9 @@ without memory (``X-Chatmem-Memory: degraded``). The upstream's own errors are p
 with their status and body. The headers ``X-Chatmem-Memory`` (injected, empty, skipped,
 degraded, off), ``X-Chatmem-Memory-Count`` and ``X-Chatmem-Memory-Reason`` say what memory
 did.
+
+``GET /v1/models`` and ``POST /v1/embeddings`` are passed to the upstream as they are, with
+the same keys as a chat, so a client pointed at chatmem finds every route it needs.
 """
 
 from __future__ import annotations
@@ -566,6 +569,50 @@ async def _stream(
     return StreamingResponse(relay(), media_type=media, headers=prepared.headers())
 
 
+class EmbeddingRequest(BaseModel):
+    """An OpenAI embeddings request, passed to the upstream as it is."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    #: A text, texts, or token arrays (one or several).
+    input: str | list[str] | list[int] | list[list[int]]
+
+
+async def _forward(
+    request: Request, runtime: Runtime, method: str, path: str, body: Any = None
+) -> Response:
+    """The upstream's answer to the same request, as it came."""
+    url = upstream_url(runtime, path)
+    client: httpx.AsyncClient = request.app.state.upstream
+    headers = upstream_headers(runtime, request)
+    try:
+        answer = await client.request(method, url, json=body, headers=headers)
+    except httpx.HTTPError as exc:
+        return unreachable(exc, {})
+    return passthrough(answer, {})
+
+
+_PASSED: dict[int | str, dict[str, Any]] = {
+    200: {"description": "The upstream's answer, passed through."},
+    502: {"description": "The upstream could not be reached."},
+}
+
+
+@router.get("/v1/models", responses=_PASSED)
+async def list_models(request: Request, runtime: RuntimeDep, _: ReaderDep) -> Response:
+    """The upstream's models, as it lists them."""
+    return await _forward(request, runtime, "GET", "/models")
+
+
+@router.post("/v1/embeddings", responses=_PASSED)
+async def create_embeddings(
+    body: Annotated[EmbeddingRequest, Body()], request: Request, runtime: RuntimeDep, _: ReaderDep
+) -> Response:
+    """Embeddings from the upstream, as it makes them (memory plays no part)."""
+    return await _forward(request, runtime, "POST", "/embeddings", body.model_dump())
+
+
 def _collect(line: str, pieces: list[str], calls: dict[int, dict[str, Any]] | None = None) -> bool:
     """Gather a streamed answer's text (and, given ``calls``, its tool calls by index, their
     arguments joined from the pieces); True at ``[DONE]``."""
@@ -629,6 +676,7 @@ def _header_safe(text: str) -> str:
 
 __all__ = [
     "ChatRequest",
+    "EmbeddingRequest",
     "MemoryContext",
     "MemoryOptions",
     "Prepared",

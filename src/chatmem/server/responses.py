@@ -19,10 +19,16 @@ sent as OpenAI's Responses events (``response.created`` … ``response.output_te
 finished; a stream the upstream breaks off ends with ``response.failed`` and keeps nothing,
 and so does one the client leaves before the upstream finishes.
 
-Not supported yet: tools, and input other than text messages. Accepted and ignored, so OpenAI
-clients that send them work: ``include``, ``parallel_tool_calls``, ``truncation``,
-``service_tier``, ``prompt_cache_key``, ``safety_identifier`` and ``stream_options``. Any other
-unknown field is a 400 naming it.
+Agent frameworks (the OpenAI Agents SDK among them) work through it: function ``tools``,
+``tool_choice``, ``parallel_tool_calls``, ``text.format`` and ``reasoning.effort`` are passed
+to the upstream in their chat-completions shape, the answer's tool calls come back as
+``function_call`` output items (streamed too), and ``function_call`` and
+``function_call_output`` input items go up as the assistant's tool calls and ``tool``
+messages (``chatmem.server.translate`` says what maps to what, and what cannot pass: a 400
+with code ``unsupported_parameter``). ``background: true`` is such a 400: chatmem answers
+within the request. Accepted and ignored, so OpenAI clients that send them work:
+``include``, ``truncation``, ``service_tier``, ``prompt_cache_key``, ``safety_identifier`` and
+``stream_options``. Any other unknown field is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import httpx
 from fastapi import APIRouter, Body, Path, Request
@@ -64,23 +70,50 @@ from chatmem.server.chat import (
 )
 from chatmem.server.response_store import ResponseStore, StoredResponse
 from chatmem.server.runtime import Runtime
+from chatmem.server.translate import (
+    assistant_message,
+    cannot_pass,
+    chat_messages,
+    chat_tool_calls,
+    chat_tool_choice,
+    chat_tools,
+    function_call_item,
+    response_format,
+)
 
 logger = logging.getLogger("chatmem.server.responses")
 
 #: OpenAI request fields accepted and ignored (they change nothing chatmem does).
 IGNORED_FIELDS = (
     "include",
-    "parallel_tool_calls",
     "truncation",
     "service_tier",
     "prompt_cache_key",
     "safety_identifier",
     "stream_options",
 )
-_INPUT_ROLES = ("user", "assistant", "system", "developer")
-_TEXT_PARTS = ("input_text", "output_text")
-
 ResponseId = Annotated[str, Path(min_length=1, max_length=256)]
+
+
+class TextOptions(BaseModel):
+    """``text``: the answer's format (``text``, ``json_object`` or ``json_schema``, sent as
+    ``response_format``) and verbosity."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: dict[str, Any] | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ReasoningOptions(BaseModel):
+    """``reasoning``: the effort is sent as ``reasoning_effort``; a summary is accepted but
+    none comes back (chat completions gives none)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
 class ResponseRequest(BaseModel):
@@ -103,9 +136,16 @@ class ResponseRequest(BaseModel):
     metadata: (
         dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]] | None
     ) = Field(default=None, max_length=16)
+    #: Function tools (``chatmem.server.translate``: others are a 400).
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=128)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextOptions | None = None
+    reasoning: ReasoningOptions | None = None
+    #: Only false: chatmem answers within the request.
+    background: bool | None = None
     # Accepted and ignored (IGNORED_FIELDS).
     include: list[str] | None = None
-    parallel_tool_calls: bool | None = None
     truncation: Literal["auto", "disabled"] | None = None
     service_tier: str | None = None
     prompt_cache_key: str | None = None
@@ -134,6 +174,21 @@ class OutputMessage(BaseModel):
     status: Literal["completed", "incomplete"]
     role: Literal["assistant"] = "assistant"
     content: list[OutputText]
+
+
+class FunctionCallItem(BaseModel):
+    """A tool call of the answer: the client runs the function and sends its result back as
+    a ``function_call_output`` item with the same ``call_id``."""
+
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["completed", "incomplete"] = "completed"
+
+
+OutputItem = Annotated[OutputMessage | FunctionCallItem, Field(discriminator="type")]
 
 
 class InputTokensDetails(BaseModel):
@@ -165,7 +220,7 @@ class MemorySummary(BaseModel):
 
 
 class ResponseObject(BaseModel):
-    """An OpenAI Response object (text output only), plus ``memory``."""
+    """An OpenAI Response object (a message, function calls), plus ``memory``."""
 
     id: str
     object: Literal["response"] = "response"
@@ -177,14 +232,15 @@ class ResponseObject(BaseModel):
     instructions: str | None = None
     max_output_tokens: int | None = None
     model: str
-    output: list[OutputMessage]
-    parallel_tool_calls: bool = False
+    output: list[OutputItem]
+    parallel_tool_calls: bool = True
     previous_response_id: str | None = None
+    reasoning: dict[str, Any] | None = None
     temperature: float | None = None
     top_p: float | None = None
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
-    tool_choice: Literal["none"] = "none"
-    tools: list[Any] = Field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
+    tools: list[dict[str, Any]] = Field(default_factory=list)
     truncation: Literal["disabled"] = "disabled"
     usage: Usage | None = None
     user: str | None = None
@@ -210,43 +266,9 @@ def store_of(request: Request) -> ResponseStore:
 
 def input_messages(value: str | Sequence[Any]) -> list[dict[str, Any]]:
     """The request's input as chat messages (``developer`` becomes ``system``, which every
-    OpenAI-compatible server knows); a 400 naming the item that is not a text message."""
-    if isinstance(value, str):
-        return [{"role": "user", "content": check_length(value, "input")}]
-    return [_message(item, f"input[{index}]") for index, item in enumerate(value)]
-
-
-def _message(item: Any, where: str) -> dict[str, Any]:
-    if not isinstance(item, Mapping):
-        raise _invalid(where, "must be a message item (an object with role and content)")
-    kind = item.get("type", "message")
-    if kind != "message":
-        raise _invalid(f"{where}.type", f"only message items are supported, not {kind!r}")
-    role = item.get("role")
-    if role not in _INPUT_ROLES:
-        raise _invalid(f"{where}.role", f"must be one of {list(_INPUT_ROLES)}")
-    content = check_length(_content(item.get("content"), f"{where}.content"), f"{where}.content")
-    return {"role": "system" if role == "developer" else role, "content": content}
-
-
-def _content(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list) or not content:
-        raise _invalid(where, "must be a string or a non-empty list of text parts")
-    texts = []
-    for index, part in enumerate(content):
-        if not isinstance(part, Mapping) or part.get("type") not in _TEXT_PARTS:
-            raise _invalid(f"{where}[{index}].type", f"must be one of {list(_TEXT_PARTS)}")
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise _invalid(f"{where}[{index}].text", "must be a string")
-        texts.append(text)
-    return "\n".join(texts)
-
-
-def _invalid(param: str, message: str) -> ApiError:
-    return ApiError(400, f"{param}: {message}", param=param, code="invalid_input")
+    OpenAI-compatible server knows; tool calls and their outputs as the assistant's
+    ``tool_calls`` and ``tool`` messages); a 400 naming the item that cannot pass."""
+    return chat_messages(value)
 
 
 def memory_identity(
@@ -298,13 +320,35 @@ async def _previous(
     return previous
 
 
+def check_request(body: ResponseRequest) -> None:
+    """Refuse, before any memory work, what cannot pass to the upstream."""
+    if body.background:
+        raise cannot_pass(
+            "background",
+            "background responses are not supported: chatmem answers within the request, "
+            "so send background false (or leave it out)",
+        )
+    if body.instructions is not None:
+        check_length(body.instructions, "instructions")
+
+
 def _chat_payload(body: ResponseRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The chat-completions request for ``body`` (``chatmem.server.translate``)."""
     payload: dict[str, Any] = {"model": body.model, "messages": messages}
+    tools = chat_tools(body.tools) if body.tools else None
+    text = body.text or TextOptions()
     optional = {
         "temperature": body.temperature,
         "top_p": body.top_p,
         "max_tokens": body.max_output_tokens,
         "user": body.user,
+        "tools": tools,
+        # Chat completions refuses parallel_tool_calls without tools.
+        "parallel_tool_calls": body.parallel_tool_calls if tools else None,
+        "tool_choice": chat_tool_choice(body.tool_choice) if body.tool_choice else None,
+        "response_format": response_format(text.format),
+        "verbosity": text.verbosity,
+        "reasoning_effort": body.reasoning.effort if body.reasoning else None,
     }
     payload.update({name: value for name, value in optional.items() if value is not None})
     return payload
@@ -317,17 +361,25 @@ class _Answer(BaseModel):
     finish_reason: str | None
     model: str | None
     usage: Usage | None
+    #: Chat-completions tool calls (``{"id", "type", "function": {"name", "arguments"}}``).
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
 
 
 def read_completion(data: Any) -> _Answer | None:
-    """The first choice's text, finish reason and usage; None when ``data`` is not a chat
-    completion."""
+    """The first choice's text, tool calls, finish reason and usage; None when ``data`` is
+    not a chat completion."""
     try:
         choice = data["choices"][0]
-        text = choice["message"]["content"]
+        message = choice["message"]
     except (KeyError, IndexError, TypeError):
         return None
+    if not isinstance(message, Mapping) or not ("content" in message or "tool_calls" in message):
+        return None
+    text = message.get("content")
     if text is not None and not isinstance(text, str):
+        return None
+    calls = chat_tool_calls(message)
+    if calls is None:
         return None
     model = data.get("model")
     return _Answer(
@@ -335,6 +387,7 @@ def read_completion(data: Any) -> _Answer | None:
         finish_reason=choice.get("finish_reason"),
         model=model if isinstance(model, str) else None,
         usage=_usage(data.get("usage")),
+        tool_calls=calls,
     )
 
 
@@ -356,6 +409,34 @@ def _usage(usage: Any) -> Usage | None:
     )
 
 
+@dataclass(frozen=True)
+class ItemIds:
+    """The ids of a response's output items: its message's, and its function calls' in the
+    order of the answer's tool calls (made here when not given)."""
+
+    message: str = field(default_factory=lambda: f"msg_{new_id()}")
+    calls: tuple[str, ...] = ()
+
+    def call(self, index: int) -> str:
+        """The id of the answer's ``index``-th tool call."""
+        return self.calls[index] if index < len(self.calls) else f"fc_{new_id()}"
+
+
+def output_items(
+    answer: _Answer, status: Literal["completed", "incomplete"], ids: ItemIds
+) -> list[OutputMessage | FunctionCallItem]:
+    """The answer's text as one message item (left out when the answer only calls tools),
+    then one ``function_call`` item per tool call."""
+    items: list[OutputMessage | FunctionCallItem] = []
+    if answer.text or not answer.tool_calls:
+        text = OutputText(text=answer.text)
+        items.append(OutputMessage(id=ids.message, status=status, content=[text]))
+    for index, call in enumerate(answer.tool_calls):
+        item = function_call_item(call, ids.call(index), status)
+        items.append(FunctionCallItem.model_validate(item))
+    return items
+
+
 def response_object(
     response_id: str,
     body: ResponseRequest,
@@ -363,15 +444,14 @@ def response_object(
     prepared: Prepared,
     *,
     created_at: int,
-    message_id: str | None = None,
+    ids: ItemIds | None = None,
 ) -> ResponseObject:
     now = int(time.time())
     cut = {"length": "max_output_tokens", "content_filter": "content_filter"}
     reason = cut.get(answer.finish_reason or "")
     status: Literal["completed", "incomplete"] = "incomplete" if reason else "completed"
-    message = OutputMessage(
-        id=message_id or f"msg_{new_id()}", status=status, content=[OutputText(text=answer.text)]
-    )
+    text = body.text or TextOptions()
+    reasoning = body.reasoning.model_dump(exclude_none=True) if body.reasoning else None
     return ResponseObject(
         id=response_id,
         created_at=created_at,
@@ -381,10 +461,15 @@ def response_object(
         instructions=body.instructions,
         max_output_tokens=body.max_output_tokens,
         model=answer.model or body.model,
-        output=[message],
+        output=output_items(answer, status, ids or ItemIds()),
+        parallel_tool_calls=body.parallel_tool_calls is not False,
         previous_response_id=body.previous_response_id,
+        reasoning=reasoning,
         temperature=body.temperature,
         top_p=body.top_p,
+        text=text.model_dump(exclude_none=True) | {"format": text.format or {"type": "text"}},
+        tool_choice=body.tool_choice or "auto",
+        tools=body.tools or [],
         usage=answer.usage,
         user=body.user,
         metadata=body.metadata or {},
@@ -407,7 +492,7 @@ class _Exchange:
     turn: list[Message]
     created_at: int = field(default_factory=lambda: int(time.time()))
 
-    def respond(self, answer: _Answer, message_id: str | None = None) -> dict[str, Any]:
+    def respond(self, answer: _Answer, ids: ItemIds | None = None) -> dict[str, Any]:
         """The Response object for ``answer``, as JSON."""
         made = response_object(
             self.response_id,
@@ -415,12 +500,12 @@ class _Exchange:
             answer,
             self.prepared,
             created_at=self.created_at,
-            message_id=message_id,
+            ids=ids,
         )
         return made.model_dump(mode="json")
 
-    def kept(self, made: dict[str, Any], text: str) -> StoredResponse:
-        said = [*self.history, {"role": "assistant", "content": text}]
+    def kept(self, made: dict[str, Any], answer: _Answer) -> StoredResponse:
+        said = [*self.history, assistant_message(answer.text, answer.tool_calls)]
         return StoredResponse(
             self.response_id,
             self.tenant_id,
@@ -463,12 +548,14 @@ async def _exchange(
     return _Exchange(body, response_id, tenant_id, user_id, session_id, history, prepared, turn)
 
 
-async def _keep(store: ResponseStore, exchange: _Exchange, made: dict[str, Any], text: str) -> None:
+async def _keep(
+    store: ResponseStore, exchange: _Exchange, made: dict[str, Any], answer: _Answer
+) -> None:
     """Keep a finished response for the chain's next link (unless ``store`` is false)."""
     if not exchange.body.store:
         return
     try:
-        await asyncio.to_thread(store.put, exchange.kept(made, text))
+        await asyncio.to_thread(store.put, exchange.kept(made, answer))
     except ChatmemError as exc:  # boundary: the answer is made; a lost link is logged (F4)
         logger.error("response %s could not be stored: %s", exchange.response_id, exc)
 
@@ -483,6 +570,11 @@ async def _keep(store: ResponseStore, exchange: _Exchange, made: dict[str, Any],
             "response.incomplete, or response.failed when the upstream breaks off).",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
+        400: {
+            "description": "A field that is invalid, or that cannot pass to a "
+            "chat-completions upstream (code unsupported_parameter): tools other than "
+            "functions, input other than text, background true."
+        },
         404: {"description": "previous_response_id names no response of this tenant."},
         502: {"description": "The upstream could not be reached."},
     },
@@ -494,11 +586,11 @@ async def create_response(
     reader: ReaderDep,
 ) -> Response:
     """A model response with the user's memories injected, chained by
-    ``previous_response_id``, streamed when ``stream`` is true; the turn is stored in memory
-    afterwards."""
+    ``previous_response_id``, streamed when ``stream`` is true, calling the request's
+    function tools when the model does; the turn is stored in memory afterwards."""
     new = input_messages(body.input)  # checked before any memory work
-    if body.instructions is not None:
-        check_length(body.instructions, "instructions")
+    check_request(body)
+    _chat_payload(body, new)  # tools, tool_choice and text.format, checked before it too
     url = upstream_url(runtime, "/chat/completions")
     exchange = await _exchange(body, new, request, runtime, reader)
     client: httpx.AsyncClient = request.app.state.upstream
@@ -525,8 +617,10 @@ async def create_response(
         failed.headers.update(exchange.prepared.headers())
         return failed
     made = exchange.respond(answer)
-    await _keep(store_of(request), exchange, made, answer.text)
-    await store_turn(runtime, exchange.prepared, exchange.turn, answer.text)
+    await _keep(store_of(request), exchange, made, answer)
+    await store_turn(
+        runtime, exchange.prepared, exchange.turn, answer.text, answer.tool_calls or None
+    )
     return JSONResponse(made, headers=exchange.prepared.headers())
 
 
@@ -559,25 +653,44 @@ async def _stream(
     )
 
 
+class _Said(NamedTuple):
+    """What one line of the upstream's stream added: text, the tool calls it started (their
+    indexes), and pieces of their arguments."""
+
+    text: str
+    started: list[int]
+    arguments: list[tuple[int, str]]
+
+
 @dataclass
 class _Streamed:
     """What the upstream's chat-completions stream has said so far."""
 
     pieces: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)  # by the upstream's index
     done: bool = False  # [DONE] came
     finish_reason: str | None = None
     model: str | None = None
     usage: Usage | None = None
     error: str | None = None  # why the stream failed, when it did
 
-    def read(self, line: str) -> str:
-        """Fold one line of the stream in; the answer text it adds ('' for none)."""
+    def read(self, line: str) -> _Said:
+        """Fold one line of the stream in; what it adds."""
         before = len(self.pieces)
-        self.done = _collect(line, self.pieces) or self.done
+        known = {i: len(call["function"]["arguments"]) for i, call in self.calls.items()}
+        self.done = _collect(line, self.pieces, self.calls) or self.done
         chunk = _chunk(line)
         if chunk is not None:
             self._note(chunk)
-        return "".join(self.pieces[before:])
+        arguments = [
+            (index, call["function"]["arguments"][known.get(index, 0) :])
+            for index, call in sorted(self.calls.items())
+        ]
+        return _Said(
+            "".join(self.pieces[before:]),
+            [index for index in sorted(self.calls) if index not in known],
+            [(index, piece) for index, piece in arguments if piece],
+        )
 
     def _note(self, chunk: Mapping[str, Any]) -> None:
         error = chunk.get("error")
@@ -599,9 +712,12 @@ class _Streamed:
         return self.error is None and (self.done or self.finish_reason is not None)
 
     def answer(self) -> _Answer:
-        text = "".join(self.pieces)
         return _Answer(
-            text=text, finish_reason=self.finish_reason, model=self.model, usage=self.usage
+            text="".join(self.pieces),
+            finish_reason=self.finish_reason,
+            model=self.model,
+            usage=self.usage,
+            tool_calls=[self.calls[index] for index in sorted(self.calls)],
         )
 
 
@@ -626,9 +742,13 @@ async def _relay(
     try:
         yield events.opening()
         async for line in upstream.aiter_lines():
-            text = streamed.read(line)
-            if text:
-                yield events.delta(text)
+            said = streamed.read(line)
+            if said.text:
+                yield events.delta(said.text)
+            for index in said.started:
+                yield events.call_added(index, streamed.calls[index])
+            for index, piece in said.arguments:
+                yield events.arguments_delta(index, piece)
             if streamed.done or streamed.error:
                 break
     except httpx.HTTPError as exc:
@@ -641,23 +761,85 @@ async def _relay(
         yield events.failed(streamed.error or "the upstream's stream ended before its answer")
         return
     answer = streamed.answer()
-    made = exchange.respond(answer, events.message_id)
+    made = events.arrange(exchange.respond(answer, events.ids(len(answer.tool_calls))))
     # Both before the last events: a client may hang up on them, or chain from this one at once.
-    await store_turn(runtime, exchange.prepared, exchange.turn, answer.text)
-    await _keep(store, exchange, made, answer.text)
+    await store_turn(
+        runtime, exchange.prepared, exchange.turn, answer.text, answer.tool_calls or None
+    )
+    await _keep(store, exchange, made, answer)
     yield events.closing(made)
 
 
 class _Events:
-    """Server-sent events in OpenAI's Responses streaming shape, numbered in order, for a
-    response with one output message of one text part."""
+    """Server-sent events in OpenAI's Responses streaming shape, numbered in order: the
+    message item opens at the answer's first text, a function call item at the call's first
+    piece, each taking the next output index."""
 
     def __init__(self, exchange: _Exchange) -> None:
         self.message_id = f"msg_{new_id()}"
+        self._call_ids: dict[int, str] = {}  # the upstream's call index → item id
+        self._opened: list[str] = []  # item ids, in output order
         self._running = _running(exchange)
         self._numbers = itertools.count()
 
+    def ids(self, calls: int) -> ItemIds:
+        """The ids the events gave the output items (the answer's calls in index order)."""
+        ordered = [self._call_ids[index] for index in sorted(self._call_ids)]
+        return ItemIds(self.message_id, tuple(ordered[:calls]))
+
     def opening(self) -> bytes:
+        return b"".join(
+            [
+                self._event("response.created", response=self._running),
+                self._event("response.in_progress", response=self._running),
+            ]
+        )
+
+    def delta(self, text: str) -> bytes:
+        opened = b"" if self.message_id in self._opened else self._open_message()
+        where = self._where(self.message_id)
+        delta = self._event("response.output_text.delta", **where, delta=text, logprobs=[])
+        return opened + delta
+
+    def call_added(self, index: int, call: Mapping[str, Any]) -> bytes:
+        item_id = self._call_ids[index] = f"fc_{new_id()}"
+        item = function_call_item(call, item_id, "in_progress") | {"arguments": ""}
+        return self._open(item)
+
+    def arguments_delta(self, index: int, piece: str) -> bytes:
+        item_id = self._call_ids[index]
+        return self._event(
+            "response.function_call_arguments.delta",
+            item_id=item_id,
+            output_index=self._opened.index(item_id),
+            delta=piece,
+        )
+
+    def arrange(self, made: dict[str, Any]) -> dict[str, Any]:
+        """``made`` with its output in the order the events opened the items (an item none
+        opened, an empty message, goes last)."""
+        rank = {item_id: n for n, item_id in enumerate(self._opened)}
+        output = sorted(made["output"], key=lambda item: rank.get(item["id"], len(rank)))
+        return {**made, "output": output}
+
+    def closing(self, made: dict[str, Any]) -> bytes:
+        """Each item done, then the Response as the non-streaming path makes it
+        (``response.incomplete`` when the answer was cut short)."""
+        events = []
+        for item in made["output"]:
+            if item["id"] not in self._opened:  # an empty answer: its message opens now
+                events.append(self._open_message())
+            events.append(self._done(item))
+        last = "response.completed" if made["status"] == "completed" else "response.incomplete"
+        events.append(self._event(last, response=made))
+        return b"".join(events)
+
+    def failed(self, message: str) -> bytes:
+        error = {"code": "server_error", "message": message}
+        response = {**self._running, "status": "failed", "error": error}
+        return self._event("response.failed", response=response)
+
+    def _open_message(self) -> bytes:
         item = {
             "type": "message",
             "id": self.message_id,
@@ -666,41 +848,39 @@ class _Events:
             "content": [],
         }
         part = OutputText(text="").model_dump(mode="json")
-        return b"".join(
-            [
-                self._event("response.created", response=self._running),
-                self._event("response.in_progress", response=self._running),
-                self._event("response.output_item.added", output_index=0, item=item),
-                self._event("response.content_part.added", **self._where(), part=part),
-            ]
-        )
+        opened = self._open(item)
+        where = self._where(self.message_id)
+        return opened + self._event("response.content_part.added", **where, part=part)
 
-    def delta(self, text: str) -> bytes:
-        return self._event("response.output_text.delta", **self._where(), delta=text, logprobs=[])
+    def _open(self, item: dict[str, Any]) -> bytes:
+        self._opened.append(item["id"])
+        index = len(self._opened) - 1
+        return self._event("response.output_item.added", output_index=index, item=item)
 
-    def closing(self, made: dict[str, Any]) -> bytes:
-        """The text, part and item done, then the Response as the non-streaming path makes it
-        (``response.incomplete`` when the answer was cut short)."""
-        message = made["output"][0]
-        part = message["content"][0]
-        last = "response.completed" if made["status"] == "completed" else "response.incomplete"
-        where = self._where()
+    def _done(self, item: dict[str, Any]) -> bytes:
+        index = self._opened.index(item["id"])
+        if item["type"] == "function_call":
+            arguments = self._event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
+            done = self._event("response.output_item.done", output_index=index, item=item)
+            return arguments + done
+        part = item["content"][0]
+        where = self._where(item["id"])
         return b"".join(
             [
                 self._event("response.output_text.done", **where, text=part["text"], logprobs=[]),
                 self._event("response.content_part.done", **where, part=part),
-                self._event("response.output_item.done", output_index=0, item=message),
-                self._event(last, response=made),
+                self._event("response.output_item.done", output_index=index, item=item),
             ]
         )
 
-    def failed(self, message: str) -> bytes:
-        error = {"code": "server_error", "message": message}
-        response = {**self._running, "status": "failed", "error": error}
-        return self._event("response.failed", response=response)
-
-    def _where(self) -> dict[str, Any]:
-        return {"item_id": self.message_id, "output_index": 0, "content_index": 0}
+    def _where(self, item_id: str) -> dict[str, Any]:
+        return {"item_id": item_id, "output_index": self._opened.index(item_id), "content_index": 0}
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = json.dumps({"type": kind, "sequence_number": next(self._numbers), **fields})
@@ -735,8 +915,11 @@ async def delete_response(
 
 __all__ = [
     "IGNORED_FIELDS",
+    "FunctionCallItem",
+    "ItemIds",
     "ResponseObject",
     "ResponseRequest",
+    "check_request",
     "input_messages",
     "memory_identity",
     "read_completion",
