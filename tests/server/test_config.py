@@ -122,3 +122,10 @@ def test_config_check_command(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 1
     assert "memory.extraction_batch_size" in done.stderr
+
+
+def test_a_store_uri_that_cannot_be_right_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError) as bad:
+        ServiceConfig.parse({"memory": {"store": "foo://bar"}})
+    assert "memory.store" in str(bad.value) and "unknown store scheme 'foo'" in str(bad.value)
+    assert ServiceConfig.parse({"memory": {"store": "sqlite:///x.db"}}).memory.store

@@ -122,6 +122,20 @@ class MemorySection(_Section):
     sessions: SessionsSection = Field(default_factory=SessionsSection)
     external_models: list[dict[str, Any]] = Field(default_factory=list)
 
+    @field_validator("store")
+    @classmethod
+    def _known_store(cls, value: str | None) -> str | None:
+        """A URI that cannot name a store (an unknown scheme, an empty path) is a mistake in
+        the configuration, not a store that is down: refused here, before anything starts."""
+        if value is not None:
+            from chatmem.stores import check_store_uri
+
+            try:
+                check_store_uri(value)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
     @model_validator(mode="after")
     def _dimensions_agree(self) -> MemorySection:
         if self.milvus.address is not None and self.milvus.dimension != self.embedding.dimension:
