@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextResourceContents
 
@@ -19,7 +20,6 @@ from chatmem import LocalEmbedder
 from chatmem.server import Runtime, ServiceConfig, create_app
 from chatmem.server.serving import ServiceThread
 from chatmem.testing import ScriptedOpenAIServer
-from mcp import Client
 
 ADMIN_KEY = "admin-key-0123456789abcdef"
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from chatmem import LocalEmbedder, LongTermMemory
 from chatmem.records import MemoryRecord
-from mcp import Client, StdioServerParameters
 from tests.mcp.conftest import data, error_text, resource_json
 
 TOOLS = {"remember", "recall", "get_context", "forget", "list", "history", "update"}
