@@ -7,4 +7,6 @@ comes with an extra; ``import chatmem`` imports none of them:
   (``pip install 'chatmem[langgraph]'``).
 - ``chatmem.integrations.llamaindex``: ``ChatmemMemoryBlock``, a memory block for
   LlamaIndex's ``Memory`` (``pip install 'chatmem[llamaindex]'``).
+- ``chatmem.integrations.openai_agents``: ``ChatmemSession``, an OpenAI Agents SDK
+  ``Session`` on chatmem's short-term memory (``pip install 'chatmem[agents]'``).
 """
