@@ -844,6 +844,27 @@ app.command("mcp")(mcp_command)
 
 
 @app.command()
+def warmup() -> None:
+    """Prepare now what the first search would: load the embedding model and derive its
+    fast query copy into the cache ($CHATMEM_CACHE_DIR, else ~/.cache/chatmem). Run it at
+    install (an image build) so a read-only container never needs to write it."""
+    from chatmem.embeddings import quantize
+
+    began = time.perf_counter()
+    embedder = LocalEmbedder().warm()
+    cached = embedder.fast_model_cache()
+    took = time.perf_counter() - began
+    if cached is None:
+        out.print(
+            f"warm in {took:.1f} s, but the fast query model could not be cached in "
+            f"{quantize.cache_dir()}: each start derives it again (about 3 s)"
+        )
+        return
+    size = cached.stat().st_size / 2**20
+    out.print(f"warm in {took:.1f} s; fast query model: {cached} ({size:.1f} MiB)")
+
+
+@app.command()
 def version() -> None:
     """Print chatmem's version (also: chatmem --version)."""
     out.print(__version__)

@@ -98,6 +98,15 @@ class LocalEmbedder:
         self._query()
         return self
 
+    def fast_model_cache(self) -> Path | None:
+        """Where the fast query model is cached; None when queries use the packaged model
+        (``query_model="exact"``) or the copy could not be cached (it is then derived at
+        each start, about 3 s)."""
+        if self._query_model == "exact":
+            return None
+        cached = quantize.cached_path(self._source())
+        return cached if cached.is_file() else None
+
     def _model(self) -> tuple[ort.InferenceSession, Tokenizer, set[str]]:
         if self._loaded is None:
             with self._lock:

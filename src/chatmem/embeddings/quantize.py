@@ -42,14 +42,20 @@ def cache_dir() -> Path:
     return Path(base) / "chatmem"
 
 
+def cached_path(source: Path) -> Path:
+    """Where the fast copy of the model at ``source`` is cached (whether it is there yet or
+    not): named by the model's digest, the recipe and the onnxruntime version."""
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    return cache_dir() / f"minilm-{digest}-{RECIPE}-ort{ort.__version__}.onnx"
+
+
 def fast_model(source: Path) -> bytes:
     """The dynamic-int8 copy of the ONNX model at ``source``, from the cache or derived now.
 
     Raises ``EmbeddingError`` when it cannot be derived (the ``onnx`` package missing, or a
     model that does not quantise)."""
     with _lock:
-        digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
-        cached = cache_dir() / f"minilm-{digest}-{RECIPE}-ort{ort.__version__}.onnx"
+        cached = cached_path(source)
         if cached.is_file():
             return cached.read_bytes()
         model = _derive(source)
@@ -93,4 +99,4 @@ def _derive(source: Path) -> bytes:
         return quantised.read_bytes()
 
 
-__all__ = ["RECIPE", "cache_dir", "fast_model"]
+__all__ = ["RECIPE", "cache_dir", "cached_path", "fast_model"]
