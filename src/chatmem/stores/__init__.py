@@ -4,6 +4,10 @@
   embedded default. Option: ``?synchronous=full`` (fsync each commit; survives power loss).
 - ``milvus:///relative/dir``, ``milvus:////absolute/dir``: Milvus Lite in a local directory.
 - ``milvus://host:19530`` (``?token=…&db=…&prefix=…``): a Milvus standalone or cluster server.
+- ``qdrant://host:6333/prefix`` (``qdrant+https://…``, ``?api_key=…``): a Qdrant server, its
+  collections named ``<prefix>_…`` (default ``chatmem``; ``pip install 'chatmem[qdrant]'``).
+- ``qdrant+local:///relative/dir``, ``qdrant:////absolute/dir`` (``?prefix=…``): qdrant-client's
+  local mode (its in-process implementation of Qdrant's API) over a local directory.
 - ``postgresql://user:password@host:5432/dbname`` or ``postgres://…``: PostgreSQL with
   pgvector (``pip install 'chatmem[postgres]'``). Any libpq URI works (``?sslmode=…``,
   ``?host=/socket/dir``); ``?prefix=name`` picks the schema that holds the store's tables
@@ -30,6 +34,7 @@ from chatmem.stores.sqlite import SQLiteStore
 ENV_VAR = "CHATMEM_STORE"
 _MILVUS = frozenset({"milvus", "milvus+http", "milvus+https"})
 _POSTGRES = frozenset({"postgresql", "postgres"})
+_QDRANT = frozenset({"qdrant", "qdrant+http", "qdrant+https", "qdrant+local"})
 
 
 def default_store_uri() -> str:
@@ -62,16 +67,19 @@ def check_store_uri(uri: str) -> Path | None:
             raise ConfigError("the store URI is empty")
         return None if uri == ":memory:" else Path(uri)
     parts = urlsplit(uri)
-    if parts.scheme in _POSTGRES or (parts.scheme in _MILVUS and parts.netloc):
+    servers = _MILVUS | _QDRANT - {"qdrant+local"}
+    if parts.scheme in _POSTGRES or (parts.scheme in servers and parts.netloc):
         return None
-    if parts.scheme != "sqlite" and parts.scheme not in _MILVUS:
+    if parts.scheme != "sqlite" and parts.scheme not in _MILVUS | _QDRANT:
         raise _unknown_scheme(parts.scheme, uri)
     path = _local_path(parts.netloc, parts.path, uri)
     return None if path == ":memory:" else Path(path)
 
 
 def _unknown_scheme(scheme: str, uri: str) -> ConfigError:
-    return ConfigError(f"unknown store scheme {scheme!r} in {uri!r} (sqlite, milvus, postgresql)")
+    return ConfigError(
+        f"unknown store scheme {scheme!r} in {uri!r} (sqlite, milvus, postgresql, qdrant)"
+    )
 
 
 def _open(parts: SplitResult, options: dict[str, str], uri: str) -> MemoryStore:
@@ -82,6 +90,8 @@ def _open(parts: SplitResult, options: dict[str, str], uri: str) -> MemoryStore:
         return _open_milvus(parts.scheme, parts.netloc, parts.path, options, uri)
     if parts.scheme in _POSTGRES:
         return _open_postgres(parts, options)
+    if parts.scheme in _QDRANT:
+        return _open_qdrant(parts, options, uri)
     raise _unknown_scheme(parts.scheme, uri)
 
 
@@ -110,6 +120,24 @@ def _open_milvus(
             collection_prefix=prefix,
         )
     return MilvusStore(_local_path(netloc, path, uri), collection_prefix=prefix)
+
+
+def _open_qdrant(parts: SplitResult, options: dict[str, str], uri: str) -> MemoryStore:
+    try:
+        from chatmem.stores.qdrant import QdrantStore
+    except ImportError as exc:
+        raise ConfigError(
+            "the qdrant store needs qdrant-client: pip install 'chatmem[qdrant]'"
+        ) from exc
+    if parts.netloc and parts.scheme != "qdrant+local":
+        protocol = "https" if parts.scheme == "qdrant+https" else "http"
+        return QdrantStore(
+            f"{protocol}://{parts.netloc}",
+            api_key=options.pop("api_key", None),
+            collection_prefix=parts.path.strip("/") or options.pop("prefix", "chatmem"),
+        )
+    path = _local_path(parts.netloc, parts.path, uri)
+    return QdrantStore(path, collection_prefix=options.pop("prefix", "chatmem"))
 
 
 def _open_postgres(parts: SplitResult, options: dict[str, str]) -> MemoryStore:
