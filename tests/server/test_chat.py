@@ -14,9 +14,10 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
-from chatmem import LocalEmbedder
+from chatmem.embeddings import OpenAIEmbedder
 from chatmem.messages import SessionKey
 from chatmem.records import Filter
+from chatmem.server import Runtime, ServiceConfig, create_app
 from chatmem.testing import ScriptedOpenAIServer, ToolCalls
 from tests.conftest import long_document
 from tests.server.conftest import ADMIN_KEY, ServiceFactory, drain, runtime_of, settle, wait_for
@@ -324,13 +325,25 @@ def test_milvus_lite_stopped_mid_run_leaves_chat_working(
 
 
 def test_a_slow_search_is_cut_at_its_budget(
-    make_service: ServiceFactory, embedder: LocalEmbedder
+    tmp_path: Path, upstream: ScriptedOpenAIServer
 ) -> None:
-    service = make_service(memory={"search_budget_ms": 1})
-    runtime = runtime_of(service)
-    assert runtime.long_term is not None
-    runtime.long_term.add(["I drive a red car."] * 50, user_id="alice")
-    answer = ask(service, "Which car do I drive?", user="alice")
+    """The query's embedding comes from the scripted upstream, answered a second late: the
+    search cannot finish in its 50 ms, whatever the machine's load (a budget of 1 ms over a
+    fast search was a race the waiting thread could lose)."""
+    config = ServiceConfig.parse(
+        {
+            "server": {"data_dir": str(tmp_path / "data")},
+            "upstream": {"base_url": upstream.base_url},
+            "memory": {"search_budget_ms": 50},
+        }
+    )
+    embedder = OpenAIEmbedder("scripted", 8, base_url=upstream.base_url)
+    with TestClient(create_app(runtime=Runtime.start(config, embedder=embedder))) as service:
+        runtime = runtime_of(service)
+        assert runtime.long_term is not None
+        runtime.long_term.add("I drive a red car.", user_id="alice")
+        upstream.delay_next(1.0)  # the next upstream call: the query's embedding
+        answer = ask(service, "Which car do I drive?", user="alice")
     assert answer.status_code == 200
     assert answer.headers["x-chatmem-memory"] == "degraded"
     assert answer.headers["x-chatmem-memory-reason"] == "timeout"
