@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from chatmem.records import (
 from chatmem.retrieval import (
     DEFAULT_HEADER,
     HYDE_PROMPT,
+    QUEUE_DEPTH,
     REWRITE_PROMPT,
     AsyncRetriever,
     Decision,
@@ -1099,7 +1101,7 @@ def test_a_tiny_budget_times_out(flaky_memory: LongTermMemory, switchable: Switc
     assert got.degraded == "timeout"
 
 
-def test_with_every_search_thread_taken_a_request_goes_on_at_once(
+def test_with_every_search_thread_taken_past_the_queue_wait_a_request_goes_on(
     flaky_memory: LongTermMemory, switchable: Switchable
 ) -> None:
     store_facts(flaky_memory)
@@ -1108,7 +1110,7 @@ def test_with_every_search_thread_taken_a_request_goes_on_at_once(
     with Retriever(flaky_memory, search_budget_ms=20, search_workers=1) as retriever:
         assert retriever.retrieve(ask, user_id="alice").degraded == "timeout"
         got = retriever.retrieve(ask, user_id="alice")
-        assert got.degraded == "busy" and got.results == []  # "timeout" had it queued
+        assert got.degraded == "busy" and got.results == []  # no thread within 20 ms
         switchable.delay = 0.0
         time.sleep(0.6)  # the slow search ends and frees its thread
         assert retriever.retrieve(ask, user_id="alice").degraded is None
@@ -1158,3 +1160,51 @@ def test_async_retrieve(memory: LongTermMemory) -> None:
 
     got = asyncio.run(run())
     assert got.results[0].record.text == FACTS[0]
+
+
+def test_a_burst_waits_briefly_for_a_thread_and_keeps_its_memory(
+    flaky_memory: LongTermMemory, switchable: Switchable
+) -> None:
+    """Four requests at once on one search thread: each waits its turn (a 40 ms search,
+    a queue wait of up to 1 s) and every one gets its memories; its budget counts from
+    when its search starts."""
+    store_facts(flaky_memory)
+    switchable.delay = 0.04
+    ask = [user("What's my budget for the trip?")]
+    with (
+        Retriever(
+            flaky_memory, search_budget_ms=GENEROUS_MS, search_queue_ms=1000, search_workers=1
+        ) as retriever,
+        ThreadPoolExecutor(4) as pool,
+    ):
+        got = list(pool.map(lambda _: retriever.retrieve(ask, user_id="alice"), range(4)))
+    assert [g.degraded for g in got] == [None] * 4
+    assert all(g.results for g in got)
+
+
+def test_past_the_queue_depth_a_request_goes_on_at_once(
+    flaky_memory: LongTermMemory, switchable: Switchable, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="chatmem.retrieval")
+    store_facts(flaky_memory)
+    switchable.delay = 0.3
+    ask = [user("What's my budget for the trip?")]
+    with (
+        Retriever(
+            flaky_memory, search_budget_ms=5000, search_queue_ms=5000, search_workers=1
+        ) as retriever,
+        ThreadPoolExecutor(QUEUE_DEPTH + 1) as pool,
+    ):
+        waiting = [
+            pool.submit(retriever.retrieve, ask, user_id="alice") for _ in range(QUEUE_DEPTH)
+        ]
+        deadline = time.monotonic() + 5
+        while retriever._in_flight < QUEUE_DEPTH:  # every place in the queue taken
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        assert retriever.retrieve(ask, user_id="alice").degraded == "busy"
+        # refused on the queue's length, not after waiting out search_queue_ms
+        assert "searches waiting per thread" in caplog.text
+        assert "no search thread free" not in caplog.text
+        switchable.delay = 0.0
+        assert all(w.result().degraded is None for w in waiting)

@@ -1096,15 +1096,35 @@ def default_search_workers() -> int:
     return min(8, max(2, os.cpu_count() or 2))
 
 
+#: Searches that may wait for each search thread before a request goes on without memory.
+QUEUE_DEPTH = 4
+
+
+class _Start:
+    """When a search began to run in the pool (its budget counts from there)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.at = 0.0
+
+    def running(self, work: Callable[..., _Found], *args: Any) -> _Found:
+        self.at = time.perf_counter()
+        self.event.set()
+        return work(*args)
+
+
 class Retriever:
     """The retrieval pipeline of one long-term memory (see the module docstring).
 
     Search and expansion run in a pool of ``search_workers`` threads (default: one per core,
     at least 2 and at most 8), reused across requests; a search still running past
-    ``search_budget_ms`` is left to finish there (one not started yet is cancelled) while
-    the request goes on without memory. When every thread is taken (by searches in time or
-    past it), a request goes on without memory at once (``degraded="busy"``) instead of
-    queueing for a budget it would miss. The budget can be overrun by up to Python's thread
+    ``search_budget_ms`` is left to finish there while the request goes on without memory.
+    The budget counts from when the search starts: a search waits for a free thread for up
+    to ``search_queue_ms`` (default: the budget), so a burst of requests queues for a few
+    milliseconds (while the embedder batches their queries) instead of going without
+    memory; one that cannot start in that time, or that finds ``QUEUE_DEPTH`` searches
+    waiting per thread, goes on without memory (``degraded="busy"``). The budget can be
+    overrun by up to Python's thread
     switch interval (5 ms) while the worker runs Python code; the embedder, SQLite and numpy
     let go of the interpreter. Close the retriever (or use it as a context manager) to stop
     the pool; a ``usage`` recorder
@@ -1131,6 +1151,7 @@ class Retriever:
         template: str | None = None,
         header: str = DEFAULT_HEADER,
         search_workers: int | None = None,
+        search_queue_ms: float | None = None,
     ) -> None:
         _check_search(k, threshold)
         if search_workers is None:
@@ -1162,6 +1183,7 @@ class Retriever:
         self.header = header
         self._pool = ThreadPoolExecutor(search_workers, thread_name_prefix="chatmem-search")
         self._workers = search_workers
+        self.search_queue_ms = search_budget_ms if search_queue_ms is None else search_queue_ms
         self._in_flight = 0  # searches submitted and not ended (those past their budget too)
         self._busy_lock = threading.Lock()
 
@@ -1257,20 +1279,27 @@ class Retriever:
     ) -> _Found | str:
         """Search and expand in the pool within the time budget; a string says why not."""
         with self._busy_lock:
-            if self._in_flight >= self._workers:
-                busy = True
-            else:
-                busy = False
+            busy = self._in_flight >= self._workers * QUEUE_DEPTH
+            if not busy:
                 self._in_flight += 1
         if busy:
-            # Every search thread is taken: this one would only queue and miss its budget.
-            logger.warning("Memory: all %d search threads busy, going on without memory",
-                           self._workers)  # fmt: skip
+            logger.warning("Memory: %d searches waiting per thread, going on without memory",
+                           QUEUE_DEPTH)  # fmt: skip
             return "busy"
-        future = self._pool.submit(self._find, query, user_id, tenant_id, narrow, now, limits)
+        started = _Start()
+        future = self._pool.submit(
+            started.running, self._find, query, user_id, tenant_id, narrow, now, limits
+        )
         future.add_done_callback(self._search_ended)
+        if not started.event.wait(self.search_queue_ms / 1000) and future.cancel():
+            logger.warning(
+                "Memory: no search thread free within %.0f ms, going on without memory",
+                self.search_queue_ms,
+            )
+            return "busy"
         try:
-            return future.result(timeout=self.search_budget_ms / 1000)
+            left = self.search_budget_ms / 1000 - (time.perf_counter() - started.at)
+            return future.result(timeout=max(left, 0.0))
         except FutureTimeout:
             future.cancel()  # not started yet: never run it; running: let it end there
             _log_late(future)
