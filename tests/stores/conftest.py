@@ -32,16 +32,9 @@ QDRANT_ENV = "CHATMEM_TEST_QDRANT_URL"
 MILVUS_ENV = "CHATMEM_TEST_MILVUS_URI"
 REDIS_URL = os.environ.get("CHATMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
-QDRANT_MARKER = "qdrant: needs qdrant-client (local mode; CHATMEM_TEST_QDRANT_URL for a server)"
-
 StoreFactory = Callable[[Path], MemoryStore]
 #: Makes a backend's store factory; may ask for session fixtures (a server's address).
 Backend = Callable[[pytest.FixtureRequest], StoreFactory]
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # Until pyproject.toml lists it (--strict-markers refuses an unknown marker).
-    config.addinivalue_line("markers", QDRANT_MARKER)
 
 
 # -- servers ----------------------------------------------------------------------------------
