@@ -35,7 +35,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from chatmem import __version__
+from chatmem import __version__, maintenance_cli
 from chatmem import retrieval as retrieval_
 from chatmem.embeddings import Embedder, LocalEmbedder
 from chatmem.errors import (
@@ -341,9 +341,18 @@ def add(
     memory_type: Annotated[MemoryType, typer.Option("--type", help="Memory type.")] = (
         MemoryType.SEMANTIC
     ),
+    expires: Annotated[
+        str | None,
+        typer.Option(
+            help="Forget it at this time (ISO 8601, UTC unless a zone is given) or after"
+            " this long (90s, 30m, 12h, 7d).",
+            callback=_utf8,
+        ),
+    ] = None,
 ) -> None:
     """Store TEXT as a memory of USER; prints the new memory's id (one per part: a text
     longer than a memory holds is stored in parts)."""
+    expires_at = maintenance_cli.expiry(expires) if expires is not None else None
     with _memory(create=True) as memory:
         records = memory.add(
             text,
@@ -353,6 +362,7 @@ def add(
             project_id=project,
             metadata=_metadata(metadata),
             type=memory_type,
+            expires_at=expires_at,
         )
     for record in records:
         out.print(record.id)
@@ -837,6 +847,11 @@ def config_check(
     if show:
         _print_json(loaded.model_dump(mode="json", exclude={"auth": {"admin_key"}}))
 
+
+app.add_typer(
+    maintenance_cli.command(_memory, lambda: _options.tenant, out.print, _print_json),
+    name="maintain",
+)
 
 # `chatmem mcp`: the MCP server over stdio (the chatmem[mcp] extra; importing the command
 # does not import mcp).

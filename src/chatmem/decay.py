@@ -5,7 +5,9 @@
 access, its access count and its importance, stores the new score when it moved by at least
 ``min_change`` (a usage-only write, ``MemoryStore.touch``: no new version, no history row;
 small drifts are not worth a write), and deletes the memories under ``threshold`` (default
-0.2) with the score in their history's reason.
+0.2) with the score in their history's reason. First it deletes the memories whose TTL
+(``time.expires_at``) has run out, pinned or not, with the reason ``EXPIRED_REASON``; no read
+returned them since that moment anyway.
 
 ``enforce_quota`` keeps a user at ``limit`` memories at most: past it, the lowest-scoring
 memories are deleted, each with a ``quota`` reason in its history.
@@ -34,6 +36,8 @@ logger = logging.getLogger("chatmem.decay")
 DEFAULT_THRESHOLD = 0.2
 #: A score that moved less than this is not written back.
 DEFAULT_MIN_CHANGE = 0.05
+#: The history reason of a memory the sweep deleted because its TTL ran out.
+EXPIRED_REASON = "expired"
 PINNED_KEY = "pinned"
 PINNED_TAG = "pinned"
 
@@ -58,12 +62,14 @@ class _Rules:
 
 @dataclass(frozen=True)
 class SweepReport:
-    """What one sweep did: memories read, scores written, memories deleted, pinned skipped."""
+    """What one sweep did: memories read, scores written, memories deleted (decayed),
+    pinned skipped, and expired memories deleted."""
 
     scanned: int = 0
     rescored: int = 0
     deleted: int = 0
     pinned: int = 0
+    expired: int = 0
 
 
 def is_pinned(record: MemoryRecord) -> bool:
@@ -105,13 +111,15 @@ def sweep_decay(
         raise ValidationError("must be between 0 and 1", field="threshold")
     rules = _Rules(threshold, now or utcnow(), half_lives, min_change)
     scope = Filter(tenant_id=tenant_id, user_id=user_id)
-    totals = SweepReport()
+    expired = long_term.store.delete(scope.model_copy(update={"expired": True}), EXPIRED_REASON)
+    totals = SweepReport(expired=len(expired))
     for page in _pages(long_term.store, scope, page_size):
         totals = _add(totals, _sweep_page(long_term.store, scope, page, rules))
     logger.info(
-        "decay sweep of tenant %s%s: %d scanned, %d rescored, %d deleted, %d pinned",
+        "decay sweep of tenant %s%s: %d expired, %d scanned, %d rescored, %d deleted, %d pinned",
         tenant_id,
         f", user {user_id}" if user_id else "",
+        totals.expired,
         totals.scanned,
         totals.rescored,
         totals.deleted,
@@ -212,13 +220,18 @@ def _pages(store: MemoryStore, scope: Filter, size: int) -> Iterator[list[Memory
 
 def _add(a: SweepReport, b: SweepReport) -> SweepReport:
     return SweepReport(
-        a.scanned + b.scanned, a.rescored + b.rescored, a.deleted + b.deleted, a.pinned + b.pinned
+        a.scanned + b.scanned,
+        a.rescored + b.rescored,
+        a.deleted + b.deleted,
+        a.pinned + b.pinned,
+        a.expired + b.expired,
     )
 
 
 __all__ = [
     "DEFAULT_MIN_CHANGE",
     "DEFAULT_THRESHOLD",
+    "EXPIRED_REASON",
     "PINNED_KEY",
     "PINNED_TAG",
     "HalfLives",

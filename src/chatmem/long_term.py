@@ -34,6 +34,7 @@ from chatmem.records import (
     Page,
     SearchResult,
     Source,
+    TimeInfo,
     Vector,
     new_id,
     utcnow,
@@ -122,9 +123,11 @@ class LongTermMemory:
         importance: float | None = None,
         tags: Sequence[str] | None = None,
         allowed_roles: Sequence[str] | None = None,
+        expires_at: datetime | None = None,
     ) -> list[MemoryRecord]:
         """Store a text, or each message of a chat, as raw memories; returns the records.
         ``allowed_roles`` restricts who may read them (L7), from the first moment they exist.
+        ``expires_at`` is their TTL (``TimeInfo.expires_at``): no read returns them after it.
 
         A plain text becomes a semantic memory; chat messages become episodic memories, one
         per message, each indexed with its speaker, the day it was said and its neighbouring
@@ -165,7 +168,7 @@ class LongTermMemory:
             if message.role is None or message.content.strip()
             for record in self._records_from(heard, index, base, metadata, type, extras, access)
         ]
-        return self.add_records(records)
+        return self.add_records([_expiring(r, expires_at) for r in records])
 
     def add_records(self, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
         """Store fully formed records (embedded here) in one atomic write."""
@@ -249,11 +252,13 @@ class LongTermMemory:
         reason: str | None = None,
         structured: Mapping[str, Any] | None = None,
         allowed_roles: Sequence[str] | None = None,
+        expires_at: datetime | Literal["never"] | None = None,
     ) -> MemoryRecord:
         """Change a memory's text and/or fields; its version goes up and history keeps the
         old one. ``metadata`` keys are merged into the free-form metadata; ``structured``
         replaces ``content.structured``; ``allowed_roles`` replaces who may read it (SPEC L7;
-        an empty list opens it to every reader of the user)."""
+        an empty list opens it to every reader of the user); ``expires_at`` sets its TTL
+        (``"never"`` removes it). An expired memory is not found."""
         old = self.get(memory_id, tenant_id=tenant_id, user_id=user_id)
         meta_changes = {
             "importance": importance,
@@ -282,7 +287,7 @@ class LongTermMemory:
                 "access_control": access,
                 "content": content.model_dump(),
                 "metadata": meta.model_dump(),
-                "time": {**old.time.model_dump(), "updated_at": utcnow()},
+                "time": {**old.time.model_dump(), "updated_at": utcnow(), **_ttl(expires_at)},
                 "user_metadata": {**old.user_metadata, **(metadata or {})},
             }
         )
@@ -306,7 +311,10 @@ class LongTermMemory:
             raise NotFoundError(memory_id)
 
     def delete_all(self, scope: Filter, *, reason: str | None = None) -> int:
-        """Forget every memory ``scope`` matches (a user, project, session, tenant …)."""
+        """Forget every memory ``scope`` matches (a user, project, session, tenant …),
+        expired ones included unless ``scope.expired`` is True (only those)."""
+        if scope.expired is False:
+            scope = scope.model_copy(update={"expired": None})
         return len(self.store.delete(scope, reason))
 
     # -- reads -------------------------------------------------------------------------------
@@ -599,6 +607,24 @@ class _Message:
         if self.tool_call_id:
             kept["tool_call_id"] = self.tool_call_id
         return kept or None
+
+
+def _ttl(expires_at: datetime | Literal["never"] | None) -> dict[str, datetime | None]:
+    """The ``time`` fields an update's ``expires_at`` changes."""
+    if expires_at is None:
+        return {}
+    return {"expires_at": None if expires_at == "never" else expires_at}
+
+
+def _expiring(record: MemoryRecord, expires_at: datetime | None) -> MemoryRecord:
+    """``record`` with the TTL ``expires_at`` (UTC, whole milliseconds), if one is given."""
+    if expires_at is None:
+        return record
+    try:
+        time_info = TimeInfo.model_validate({**record.time.model_dump(), "expires_at": expires_at})
+    except pydantic.ValidationError as exc:
+        raise validation_error(exc, "time") from None
+    return record.model_copy(update={"time": time_info})
 
 
 def _superseded(record: MemoryRecord, now: datetime) -> bool:

@@ -159,8 +159,14 @@ class TimeInfo(_Model):
     valid_from: datetime | None = None
     valid_to: datetime | None = None
     decay_score: Unit = 1.0
+    #: When the memory is forgotten (a TTL): from this moment no read returns it, and the
+    #: decay sweep deletes it (history reason ``"expired"``). Unlike ``valid_to`` (a fact
+    #: no longer true, kept and answerable with ``Filter.valid_at``), nothing keeps it.
+    expires_at: datetime | None = None
 
-    @field_validator("created_at", "updated_at", "last_accessed", "valid_from", "valid_to")
+    @field_validator(
+        "created_at", "updated_at", "last_accessed", "valid_from", "valid_to", "expires_at"
+    )
     @classmethod
     def _aware_ms(cls, value: datetime | None) -> datetime | None:
         return _to_utc_ms(value)
@@ -170,6 +176,10 @@ class TimeInfo(_Model):
         if self.valid_from and self.valid_to and self.valid_to < self.valid_from:
             raise ValueError("valid_to is before valid_from")
         return self
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the memory's TTL has run out at ``now``."""
+        return self.expires_at is not None and self.expires_at <= now
 
 
 class Relation(_Model):
@@ -241,6 +251,11 @@ class Filter(_Checked):
     one of those roles; an empty set reads unrestricted memories only. None (the library's
     own, trusted caller, and the admin) reads everything. Every store applies it in its
     query, so every read path that builds its filter from the caller gets the check.
+
+    ``expired`` is about the TTL (``time.expires_at``), judged at the moment of the call:
+    False (the default) matches only memories not expired, so no read ever returns an
+    expired one; True only expired ones (what the decay sweep deletes); None both (a forget
+    that must leave nothing).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -259,6 +274,7 @@ class Filter(_Checked):
     valid_at: datetime | None = None
     metadata: dict[str, JsonScalar] | None = None
     reader_roles: frozenset[NonEmpty] | None = None
+    expired: bool | None = False
 
     @field_validator("metadata")
     @classmethod
@@ -296,6 +312,7 @@ class Filter(_Checked):
             self.valid_at is None or _valid_at(record.time, self.valid_at),
             all(record.user_metadata.get(k) == v for k, v in (self.metadata or {}).items()),
             self.may_read(record),
+            self.expired is None or record.time.expired(utcnow()) == self.expired,
         )
         return all(checks)
 

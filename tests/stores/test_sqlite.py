@@ -184,7 +184,9 @@ def test_a_store_from_before_the_keyword_shards_is_migrated_in_place(tmp_path: P
     old.execute("INSERT INTO chatmem_migrations VALUES (1, 0)")
     new = sqlite3.connect(tmp_path / "new.db")
     for table in ("chatmem_meta", "memories", "memory_vectors", "user_versions", "memory_history"):
-        rows = new.execute(f"SELECT * FROM {table}").fetchall()
+        # The columns of version 1 (later migrations add some).
+        columns = ", ".join(row[1] for row in old.execute(f"PRAGMA table_info({table})"))
+        rows = new.execute(f"SELECT {columns} FROM {table}").fetchall()
         if rows:
             marks = ", ".join("?" * len(rows[0]))
             old.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)

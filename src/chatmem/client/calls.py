@@ -91,8 +91,8 @@ def _tenant(tenant_id: str | None, scope: Filter | None) -> str | None:
 def _narrowing(scope: Filter, allowed: frozenset[str], where: str = "filter") -> None:
     """Refuse, naming it, a field of ``scope`` the service cannot filter by (rather than
     act on more memories than the caller meant)."""
-    for name in Filter.model_fields:
-        if name == "tenant_id" or name in allowed or getattr(scope, name) is None:
+    for name, info in Filter.model_fields.items():
+        if name == "tenant_id" or name in allowed or getattr(scope, name) == info.default:
             continue
         why = (
             "the service takes the reader's roles from its API key"

@@ -1,19 +1,24 @@
-"""Keys and tenants, ``/v1/admin`` (SPEC A6): only the admin key reaches these routes.
+"""Keys, tenants and maintenance, ``/v1/admin`` (SPEC A6): only the admin key reaches these
+routes.
 
 A key is shown once, when it is made; afterwards only its id is ever shown. Revoking a key
 takes effect on its next request. Keys from the config file are listed but cannot be revoked
-here (edit the file).
+here (edit the file). ``POST /v1/admin/maintenance/{job}`` runs a lifecycle job now, under
+the lease the scheduled runs take (409 while a replica runs it), and answers what it did.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from chatmem.server.app import AdminDep, RuntimeDep
+from chatmem.maintenance import Job
+from chatmem.server.app import AdminDep, ApiError, MemoryRuntimeDep, RuntimeDep
 from chatmem.server.auth import KeyInfo
+from chatmem.server.maintenance import report_json
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -125,6 +130,72 @@ def list_tenants(runtime: RuntimeDep, _: AdminDep) -> Tenants:
         tenants=[
             Tenant(tenant_id=tenant, keys=live, revoked_keys=revoked)
             for tenant, (live, revoked) in sorted(counts.items())
+        ]
+    )
+
+
+class MaintenanceRun(BaseModel):
+    """What one run of a lifecycle job did (``chatmem.maintenance.JobReport``)."""
+
+    job: Job
+    tenants: list[str]
+    #: Users the job went through (the decay sweep walks tenants, not users: 0).
+    users: int
+    #: decay: expired, scanned, rescored, deleted, pinned; quota: deleted; consolidate:
+    #: summaries; reflect: insights.
+    counts: dict[str, int]
+    took_ms: int
+    #: The service began to stop, or the lease was lost, before every user was done.
+    stopped: bool
+    #: Why nothing ran (a quota job with no quota configured).
+    skipped: str | None
+
+
+class JobLease(BaseModel):
+    """A job's lease: who runs it now (None: nobody) and when it is next due (ms)."""
+
+    job: str
+    holder: str | None
+    next_due_ms: int
+    last_ms: int | None
+    last_result: dict[str, Any] | None
+
+
+class JobLeases(BaseModel):
+    jobs: list[JobLease]
+
+
+@router.post("/maintenance/{job}", responses={409: {"description": "a replica runs it"}})
+def run_maintenance(
+    job: Job,
+    _: AdminDep,
+    runtime: MemoryRuntimeDep,
+    tenant_id: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+    user_id: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+) -> MaintenanceRun:
+    """Run a lifecycle job now over every tenant (or ``tenant_id``) and every user (or
+    ``user_id``); answers what it did."""
+    if runtime.maintenance is None:
+        raise ApiError(503, "maintenance is unavailable (see the log)", code="unavailable")
+    report = runtime.maintenance.run_now(job, tenant_id=tenant_id, user_id=user_id)
+    return MaintenanceRun.model_validate(report_json(report))
+
+
+@router.get("/maintenance")
+def maintenance_leases(_: AdminDep, runtime: MemoryRuntimeDep) -> JobLeases:
+    """Each job's lease: who runs it now, when it is next due, its last result."""
+    if runtime.maintenance is None:
+        raise ApiError(503, "maintenance is unavailable (see the log)", code="unavailable")
+    return JobLeases(
+        jobs=[
+            JobLease(
+                job=lease.job,
+                holder=lease.holder,
+                next_due_ms=lease.next_due_ms,
+                last_ms=lease.last_ms,
+                last_result=json.loads(lease.last_result) if lease.last_result else None,
+            )
+            for lease in runtime.maintenance.leases.leases()
         ]
     )
 

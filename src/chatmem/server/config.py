@@ -28,6 +28,15 @@ The file (every key optional; these are the defaults)::
       metrics: {enabled: true, listen: null, key_env: null}   # listen: "127.0.0.1:9464"
     auth: {anonymous_tenant: default, admin_key_env: null, keys: []}
     webhooks: {session_end: null}         # {url, secret_env, max_attempts, timeout_s}
+    maintenance:                          # lifecycle jobs; null interval: never scheduled
+      enabled: true
+      decay_every_minutes: 60             # TTL expiry and the decay sweep (SPEC L5)
+      quota_every_minutes: 15             # runs only with max_memories_per_user (L8)
+      consolidate_every_hours: null       # e.g. 24 (L10)
+      reflect_every_hours: null           # e.g. 24 (L10)
+      decay_threshold: 0.2
+      max_memories_per_user: null
+      lease_minutes: 10                   # a dead replica's job is free again after this
     log_level: info
     log_format: text                      # json: one object per line
 
@@ -278,12 +287,41 @@ class WebhooksSection(_Section):
     session_end: WebhookTarget | None = None
 
 
+class MaintenanceSection(_Section):
+    """When the lifecycle jobs run (``chatmem.server.maintenance``). With several replicas
+    one of them runs each job per interval. An interval of null never schedules its job
+    (it still runs by ``chatmem maintain`` or the admin API)."""
+
+    enabled: bool = True
+    decay_every_minutes: float | None = Field(default=60.0, gt=0)
+    quota_every_minutes: float | None = Field(default=15.0, gt=0)
+    consolidate_every_hours: float | None = Field(default=None, gt=0)
+    reflect_every_hours: float | None = Field(default=None, gt=0)
+    #: Memories whose decay score falls under this are deleted by the decay job (0: none).
+    decay_threshold: float = Field(default=0.2, ge=0.0, le=1.0)
+    #: The quota job keeps each user at this many memories at most; None: no quota.
+    max_memories_per_user: int | None = Field(default=None, ge=0)
+    #: How long a replica holds a job without renewing it before another may take it.
+    lease_minutes: float = Field(default=10.0, gt=0)
+
+    def intervals_s(self) -> dict[str, float]:
+        """Each scheduled job's interval in seconds, by job name."""
+        every = {
+            "decay": self.decay_every_minutes and self.decay_every_minutes * 60,
+            "quota": self.quota_every_minutes and self.quota_every_minutes * 60,
+            "consolidate": self.consolidate_every_hours and self.consolidate_every_hours * 3600,
+            "reflect": self.reflect_every_hours and self.reflect_every_hours * 3600,
+        }
+        return {job: seconds for job, seconds in every.items() if seconds}
+
+
 class ServiceConfig(_Section):
     memory: MemorySection = Field(default_factory=MemorySection)
     upstream: UpstreamSection = Field(default_factory=UpstreamSection)
     server: ServerSection = Field(default_factory=ServerSection)
     auth: AuthSection = Field(default_factory=AuthSection)
     webhooks: WebhooksSection = Field(default_factory=WebhooksSection)
+    maintenance: MaintenanceSection = Field(default_factory=MaintenanceSection)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     #: ``json``: one object per line with the records' fields (batch ids, users, counts).
     log_format: Literal["text", "json"] = "text"
@@ -381,6 +419,7 @@ __all__ = [
     "AuthSection",
     "EmbeddingSection",
     "KeyEntry",
+    "MaintenanceSection",
     "MemorySection",
     "MetricsSection",
     "ServiceConfig",

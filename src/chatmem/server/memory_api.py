@@ -89,6 +89,9 @@ class CreateMemory(_Body):
     session_id: Id | None = None
     #: Only keys holding one of these roles will see the memories (empty: every key).
     allowed_roles: list[Id] | None = Field(default=None, max_length=64)
+    #: The memories' TTL (ISO 8601; no zone: UTC): no read returns them after it, and the
+    #: decay sweep deletes them.
+    expires_at: datetime | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> CreateMemory:
@@ -117,15 +120,24 @@ class UpdateMemory(_Body):
     confidence: Unit | None = None
     tags: list[Tag] | None = Field(default=None, max_length=64)
     reason: str | None = Field(default=None, max_length=1000)
+    #: A new TTL (ISO 8601); null removes the memory's TTL; absent leaves it.
+    expires_at: datetime | None = None
 
     @model_validator(mode="after")
     def _something(self) -> UpdateMemory:
         changes = (self.content, self.metadata, self.importance, self.confidence, self.tags)
-        if all(value is None for value in changes):
+        if all(value is None for value in changes) and "expires_at" not in self.model_fields_set:
             raise ValueError(
-                "nothing to update: give content, metadata, importance, confidence or tags"
+                "nothing to update: give content, metadata, importance, confidence, tags"
+                " or expires_at"
             )
         return self
+
+    def ttl(self) -> datetime | Literal["never"] | None:
+        """``expires_at`` as ``LongTermMemory.update`` takes it."""
+        if "expires_at" not in self.model_fields_set:
+            return None
+        return self.expires_at or "never"
 
 
 class Memories(BaseModel):
@@ -335,7 +347,12 @@ def create_memory(body: CreateMemory, memory: LongTermDep, tenant_id: TenantDep)
         "tags": body.tags,
     }
     try:
-        added = memory.add(said, **options, allowed_roles=body.allowed_roles or None)
+        added = memory.add(
+            said,
+            **options,
+            allowed_roles=body.allowed_roles or None,
+            expires_at=body.expires_at,
+        )
         return Memories(memories=added)
     except ValidationError as exc:
         # A text is "messages[0]" to LongTermMemory.add; name the field the caller sent.
@@ -411,6 +428,7 @@ def update_memory(
         confidence=body.confidence,
         tags=body.tags,
         reason=body.reason,
+        expires_at=body.ttl(),
     )
 
 

@@ -39,6 +39,7 @@ from chatmem.retrieval import Retriever, UsageRecorder
 from chatmem.server.auth import KeyStore
 from chatmem.server.background import AfterAnswer
 from chatmem.server.config import ServiceConfig
+from chatmem.server.maintenance import Maintenance, start_maintenance
 from chatmem.server.metrics import Metrics
 from chatmem.server.response_store import ResponseStore
 from chatmem.server.webhooks import WebhookSender
@@ -95,6 +96,8 @@ class Runtime:
     #: The PostgreSQL state every replica shares (with a PostgreSQL memory store), or None
     #: for the data dir's SQLite file.
     shared_state: PostgresState | None = None
+    #: The lifecycle jobs' scheduler (config ``maintenance``); None when memory is off.
+    maintenance: Maintenance | None = None
     _closed: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -163,6 +166,7 @@ class Runtime:
             runtime._open_memory(embedder or _embedder(config))
         metrics.queue_depth = runtime.queue_depth
         runtime.start_sweeper()
+        runtime.maintenance = start_maintenance(runtime, database)
         return runtime
 
     def _open_memory(self, embedder: Embedder) -> None:
@@ -351,6 +355,8 @@ class Runtime:
         self._stopping.set()
         if self._sweeper is not None:
             self._sweeper.join(10)
+        if self.maintenance is not None:
+            self.maintenance.stop()  # before the stores it reads and its leases' database
         try:
             self.recover()
         except ChatmemError as exc:  # boundary: the next start queues it instead

@@ -248,6 +248,25 @@ class MemoryStore(ABC):
     def count(self, scope: Filter) -> int:
         """How many records match ``scope``."""
 
+    def users(
+        self, tenant_id: str, *, after: str | None = None, limit: int = 1000
+    ) -> builtins.list[str]:
+        """The ids of the users of ``tenant_id`` with at least one record (expired ones
+        count), in ascending order, ``limit`` at a time from just past ``after``.
+
+        This default reads every record of the tenant; a backend that can ask its index
+        for the distinct users overrides it."""
+        if limit < 1:
+            raise ValidationError("must be at least 1", field="limit")
+        found: set[str] = set()
+        cursor: str | None = None
+        while True:
+            page = self.list(Filter(tenant_id=tenant_id, expired=None), 1000, cursor)
+            found.update(r.user_id for r in page.records if after is None or r.user_id > after)
+            if page.next_cursor is None:
+                return sorted(found)[:limit]
+            cursor = page.next_cursor
+
     @abstractmethod
     def history(self, memory_id: str, scope: Filter) -> builtins.list[HistoryEntry]:
         """Every version of a memory, oldest first, including its deletion."""

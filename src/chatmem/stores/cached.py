@@ -350,6 +350,11 @@ class CachedStore(MemoryStore):
     def count(self, scope: Filter) -> int:
         return self.inner.count(scope)
 
+    def users(
+        self, tenant_id: str, *, after: str | None = None, limit: int = 1000
+    ) -> builtins.list[str]:
+        return self.inner.users(tenant_id, after=after, limit=limit)
+
     def history(self, memory_id: str, scope: Filter) -> builtins.list[HistoryEntry]:
         return self.inner.history(memory_id, scope)
 

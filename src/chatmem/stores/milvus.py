@@ -16,6 +16,9 @@ Layout (``<prefix>`` defaults to ``chatmem``):
   SPARSE_FLOAT_VECTOR output answers the keyword half of a search. ``tenant_id``,
   ``session_id``, ``type``, ``created_at``, ``valid_from`` and ``valid_to`` carry INVERTED
   scalar indexes (collections created before they were added keep working without them).
+  ``expires_at`` (the TTL, ``OPEN_END`` for none) is a column of collections made since TTLs
+  exist; Milvus Lite cannot add a column to a collection, so an older collection refuses a
+  memory with an ``expires_at`` (export and import into a new one to get it).
 - ``<prefix>_history``: one row per add, update and delete, with the record before and after.
 - ``<prefix>_meta``: the schema version and the bound embedding model and dimension.
 
@@ -125,7 +128,15 @@ HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 200
 HNSW_MIN_EF = 64
 #: Scalar fields with an INVERTED index: the filters' and bulk deletes' fields.
-SCALAR_INDEXED = ("tenant_id", "session_id", "type", "created_at", "valid_from", "valid_to")
+SCALAR_INDEXED = (
+    "tenant_id",
+    "session_id",
+    "type",
+    "created_at",
+    "valid_from",
+    "valid_to",
+    "expires_at",
+)
 
 SEPARATOR = "\x1f"
 #: Sentinels for the open ends of a validity interval, in milliseconds.
@@ -239,8 +250,16 @@ def _metadata_condition(key: str, value: Any) -> str:
     return has_term
 
 
-def filter_expression(scope: Filter) -> str:
-    """A Milvus boolean expression equivalent to ``scope.matches``."""
+def _expiry_condition(expired: bool, expiry: bool) -> str | None:
+    if not expiry:
+        return NOTHING if expired else None
+    now = ms_floor(utcnow())
+    return f"expires_at <= {now}" if expired else f"expires_at > {now}"
+
+
+def filter_expression(scope: Filter, *, expiry: bool = True) -> str:
+    """A Milvus boolean expression equivalent to ``scope.matches``. ``expiry``: the
+    collection has the ``expires_at`` column (without it, no memory can have expired)."""
     parts = [f"tenant_id == {literal(scope.tenant_id)}"]
     if scope.user_id is not None:
         parts.insert(0, f"user_key == {literal(user_key(scope.tenant_id, scope.user_id))}")
@@ -264,6 +283,8 @@ def filter_expression(scope: Filter) -> str:
         parts.append(f"valid_from <= {moment} and valid_to > {moment}")
     for key, value in (scope.metadata or {}).items():
         parts.append(_metadata_condition(key, value))
+    if scope.expired is not None and (condition := _expiry_condition(scope.expired, expiry)):
+        parts.append(condition)
     if scope.reader_roles is not None:
         readable = f"not array_contains(meta_terms, {literal(RESTRICTED_TERM)})"
         if scope.reader_roles:
@@ -462,6 +483,8 @@ class MilvusStore(MemoryStore):
         self._last_seq = 0
         self._closed = False
         self._memories_exist = False
+        #: Whether the memories collection has the ``expires_at`` column (see the docstring).
+        self._expiry = True
         self._client = self._connect(token, db_name)
         try:
             self._embedding = self._prepare()
@@ -530,6 +553,7 @@ class MilvusStore(MemoryStore):
         embedding = self._read_embedding()
         if self._has(self._memories):
             self._load(self._memories)
+            self._expiry = "expires_at" in self._field_names()
             if embedding is not None:
                 self._check_dimension(embedding)
         return embedding
@@ -606,7 +630,7 @@ class MilvusStore(MemoryStore):
             schema.add_field(name, types.VARCHAR, max_length=ID_BYTES)
         schema.add_field("type", types.VARCHAR, max_length=32)
         schema.add_field("scope", types.VARCHAR, max_length=32)
-        for name in ("created_at", "valid_from", "valid_to", "version"):
+        for name in ("created_at", "valid_from", "valid_to", "version", "expires_at"):
             schema.add_field(name, types.INT64)
         schema.add_field("user_metadata", types.JSON)
         schema.add_field(
@@ -660,6 +684,13 @@ class MilvusStore(MemoryStore):
         for field in SCALAR_INDEXED:
             params.add_index(field_name=field, index_type="INVERTED")
         return params
+
+    def _field_names(self) -> set[str]:
+        described = self._call(self._client.describe_collection, self._memories)
+        return {str(field["name"]) for field in described["fields"]}
+
+    def _expression(self, scope: Filter) -> str:
+        return filter_expression(scope, expiry=self._expiry)
 
     def _vector_dimension(self) -> int:
         described = self._call(self._client.describe_collection, self._memories)
@@ -725,8 +756,21 @@ class MilvusStore(MemoryStore):
 
     # -- rows ------------------------------------------------------------------------------
 
+    def _memory_row(self, record: MemoryRecord, vector: Sequence[float]) -> dict[str, Any]:
+        row = self._row_fields(record, vector)
+        if self._expiry:
+            expires_at = record.time.expires_at
+            row["expires_at"] = ms_floor(expires_at) if expires_at else OPEN_END
+        elif record.time.expires_at is not None:
+            raise ValidationError(
+                f"collection {self._memories!r} predates TTLs; export and import the"
+                " memories into a new collection to set one",
+                field="time.expires_at",
+            )
+        return row
+
     @staticmethod
-    def _memory_row(record: MemoryRecord, vector: Sequence[float]) -> dict[str, Any]:
+    def _row_fields(record: MemoryRecord, vector: Sequence[float]) -> dict[str, Any]:
         document = record.model_dump_json()
         metadata = json.loads(document)["user_metadata"]  # as a reader will see it
         terms = metadata_terms(metadata) + access_terms(record)
@@ -942,7 +986,7 @@ class MilvusStore(MemoryStore):
         with self._writing():
             if not self._has_memories():
                 return []
-            rows = self._scan(self._memories, filter_expression(scope), _MEMORY_FIELDS)
+            rows = self._scan(self._memories, self._expression(scope), _MEMORY_FIELDS)
             records = sorted(
                 (r for r in (_record(row["body"]) for row in rows) if scope.matches(r)),
                 key=_sort_key,
@@ -1006,7 +1050,7 @@ class MilvusStore(MemoryStore):
         found: dict[str, MemoryRecord] = {}
         for chunk in _chunks(sorted(set(ids))):
             narrowed = scope.model_copy(update={"ids": tuple(chunk)})
-            found.update(self._records(filter_expression(narrowed), narrowed))
+            found.update(self._records(self._expression(narrowed), narrowed))
         return [found[i] for i in ids if i in found]
 
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
@@ -1016,7 +1060,7 @@ class MilvusStore(MemoryStore):
         for chunk in _chunks(sorted(set(ids))):
             narrowed = scope.model_copy(update={"ids": tuple(chunk)})
             rows = self._scan(
-                self._memories, filter_expression(narrowed), ["id", "body", "embedding"]
+                self._memories, self._expression(narrowed), ["id", "body", "embedding"]
             )
             for row in rows:
                 if narrowed.matches(_record(row["body"])):
@@ -1029,11 +1073,23 @@ class MilvusStore(MemoryStore):
         rows = self._call(
             self._client.query,
             self._memories,
-            filter=filter_expression(scope),
+            filter=self._expression(scope),
             output_fields=["count(*)"],
             consistency_level="Strong",
         )
         return int(rows[0]["count(*)"])
+
+    def users(
+        self, tenant_id: str, *, after: str | None = None, limit: int = 1000
+    ) -> builtins.list[str]:
+        if limit < 1:
+            raise ValidationError("must be at least 1", field="limit")
+        if not self._has_memories():
+            return []
+        # Milvus has no DISTINCT: the user ids of the tenant's rows, and no other field.
+        rows = self._scan(self._memories, f"tenant_id == {literal(tenant_id)}", ["user_id"])
+        users = {str(row["user_id"]) for row in rows}
+        return sorted(u for u in users if after is None or u > after)[:limit]
 
     def history(self, memory_id: str, scope: Filter) -> list[HistoryEntry]:
         conditions = [
@@ -1067,7 +1123,7 @@ class MilvusStore(MemoryStore):
             self._check_vector(vector)
         if query.candidates < 1 or not self._has_memories():
             return []
-        expression = filter_expression(query.filter)
+        expression = self._expression(query.filter)
         limit = min(query.candidates, QUERY_WINDOW)
         cosine: dict[str, float] = {}
         keyword: dict[str, float] = {}
@@ -1116,7 +1172,7 @@ class MilvusStore(MemoryStore):
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
         if limit < 1:
             raise ValidationError("must be at least 1", field="limit")
-        expression = filter_expression(scope)
+        expression = self._expression(scope)
         if cursor is not None:
             created, last_id = _decode_cursor(cursor)
             expression += (
@@ -1133,7 +1189,7 @@ class MilvusStore(MemoryStore):
         found: dict[str, MemoryRecord] = {}
         for chunk in _chunks([memory_id for _, memory_id in page]):
             narrowed = scope.model_copy(update={"ids": tuple(chunk)})
-            found.update(self._records(filter_expression(narrowed), narrowed))
+            found.update(self._records(self._expression(narrowed), narrowed))
         records = [found[memory_id] for _, memory_id in page if memory_id in found]
         next_cursor = _encode_cursor(*page[-1]) if len(keys) > limit else None
         return Page(records, next_cursor)

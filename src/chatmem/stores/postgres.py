@@ -157,6 +157,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX memories_by_subject ON {schema}.memories (tenant_id, user_id,
         (COALESCE(user_metadata -> 'subject', 'null'::jsonb)), created_at);
     """,
+    # A memory's TTL (time.expires_at); the sweep finds the expired ones by this index.
+    """
+    ALTER TABLE {schema}.memories ADD COLUMN expires_at TIMESTAMPTZ;
+    CREATE INDEX memories_expiring ON {schema}.memories (tenant_id, user_id, expires_at)
+        WHERE expires_at IS NOT NULL;
+    """,
 )
 #: user_metadata keys with an index (migration 2); a filter on one of them names the key in
 #: the SQL text, the index's own expression, so the planner can use it.
@@ -164,7 +170,7 @@ INDEXED_METADATA = frozenset({"write_batch", "subject"})
 
 _INSERT_COLUMNS = (
     "id, tenant_id, user_id, agent_id, project_id, session_id, type, scope, created_at,"
-    " valid_from, valid_to, version, user_metadata, body, search, embedding"
+    " valid_from, valid_to, version, expires_at, user_metadata, body, search, embedding"
 )
 _SEARCH_VECTOR = (
     f"setweight(to_tsvector('{TEXT_SEARCH_CONFIG}', %s), 'A')"
@@ -173,7 +179,7 @@ _SEARCH_VECTOR = (
     f" || setweight(to_tsvector('{TEXT_SEARCH_CONFIG}', %s), 'D')"
 )
 #: Placeholders for ``_INSERT_COLUMNS``: ``_columns``, then ``_search_fields``, then the vector.
-_INSERT_VALUES = ", ".join(["%s"] * 12 + ["%s::jsonb", "%s", _SEARCH_VECTOR, "%s::vector"])
+_INSERT_VALUES = ", ".join(["%s"] * 13 + ["%s::jsonb", "%s", _SEARCH_VECTOR, "%s::vector"])
 
 
 # -- pure helpers ----------------------------------------------------------------------------
@@ -232,6 +238,13 @@ def _where(scope: Filter, alias: str = "m") -> tuple[str, builtins.list[Any]]:
             params.append(key)
         conditions.append(f"COALESCE({path}, 'null'::jsonb) IN ({choices})")
         params.extend(same)
+    if scope.expired is not None:
+        conditions.append(
+            f"{alias}.expires_at <= %s"
+            if scope.expired
+            else f"({alias}.expires_at IS NULL OR {alias}.expires_at > %s)"
+        )
+        params.append(utcnow())
     if scope.reader_roles is not None:
         # SPEC L7: a memory that names roles only for a reader holding one of them.
         roles = f"({alias}.body::jsonb -> 'access_control' -> 'allowed_roles')"
@@ -281,6 +294,7 @@ def _columns(record: MemoryRecord) -> tuple[Any, ...]:
         record.time.valid_from,
         record.time.valid_to,
         record.metadata.version,
+        record.time.expires_at,
         to_json(record.user_metadata).decode(),
         record.model_dump_json(),
     )
@@ -579,7 +593,8 @@ class PostgresStore(MemoryStore):
         conn.execute(
             f"UPDATE {self.schema}.memories SET agent_id = %s, project_id = %s,"
             " session_id = %s, type = %s, scope = %s, created_at = %s, valid_from = %s,"
-            " valid_to = %s, version = %s, user_metadata = %s::jsonb, body = %s,"
+            " valid_to = %s, version = %s, expires_at = %s, user_metadata = %s::jsonb,"
+            " body = %s,"
             f" search = {_SEARCH_VECTOR}, embedding = COALESCE(%s::vector, embedding)"
             " WHERE id = %s",
             (*_columns(new)[3:], *_search_fields(new), change.vector, new.id),
@@ -671,6 +686,20 @@ class PostgresStore(MemoryStore):
             ).fetchone()
         assert row is not None
         return int(row[0])
+
+    def users(
+        self, tenant_id: str, *, after: str | None = None, limit: int = 1000
+    ) -> builtins.list[str]:
+        if limit < 1:
+            raise ValidationError("must be at least 1", field="limit")
+        with self._transaction() as conn:
+            rows = conn.execute(
+                # Byte order ("C"), which is Python's order of the ids too.
+                f'SELECT DISTINCT user_id COLLATE "C" AS u FROM {self.schema}.memories'
+                ' WHERE tenant_id = %s AND user_id COLLATE "C" > %s ORDER BY u LIMIT %s',
+                (tenant_id, after or "", limit),
+            ).fetchall()
+        return [str(user) for (user,) in rows]
 
     def history(self, memory_id: str, scope: Filter) -> builtins.list[HistoryEntry]:
         conditions = ["memory_id = %s", "tenant_id = %s"]

@@ -166,6 +166,13 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX memories_by_user_fields ON memories (tenant_id, user_id, type, project_id,
         session_id, agent_id, scope, created_at, valid_from, valid_to);
     """,
+    # A memory's TTL (time.expires_at). Few memories have one: a search finds a user's
+    # expired ones through this partial index, as it does the role-restricted ones.
+    """
+    ALTER TABLE memories ADD COLUMN expires_at INTEGER;
+    CREATE INDEX memories_expiring ON memories (tenant_id, user_id, expires_at)
+        WHERE expires_at IS NOT NULL;
+    """,
 )
 #: user_metadata keys with an index (migration 3); a filter on one of them is written with
 #: the index's own expression, so SQLite can use it.
@@ -246,6 +253,13 @@ def _where(scope: Filter, alias: str = "m") -> tuple[str, list[Any]]:
         else:
             conditions.append(f"{path} = ?")
             params.append(value)
+    if scope.expired is not None:
+        conditions.append(
+            f"{alias}.expires_at <= ?"
+            if scope.expired
+            else f"({alias}.expires_at IS NULL OR {alias}.expires_at > ?)"
+        )
+        params.append(to_ms(utcnow()))
     if scope.reader_roles is not None:
         roles = sorted(scope.reader_roles)
         conditions.append(
@@ -259,7 +273,17 @@ def _where(scope: Filter, alias: str = "m") -> tuple[str, list[Any]]:
 
 def _hidden(conn: sqlite3.Connection, scope: Filter) -> set[int]:
     """The rows of ``scope``'s user that its reader may not see (restricted to roles the
-    reader lacks); found through the ``memories_restricted`` index."""
+    reader lacks, found through the ``memories_restricted`` index) or that expired (through
+    ``memories_expiring``)."""
+    expired = conn.execute(
+        "SELECT rowid FROM memories WHERE tenant_id = ? AND user_id = ?"
+        " AND expires_at IS NOT NULL AND expires_at <= ?",
+        (scope.tenant_id, scope.user_id, to_ms(utcnow())),
+    ).fetchall()
+    return {rowid for (rowid,) in expired} | _hidden_by_roles(conn, scope)
+
+
+def _hidden_by_roles(conn: sqlite3.Connection, scope: Filter) -> set[int]:
     if scope.reader_roles is None:
         return set()
     rows = conn.execute(
@@ -299,9 +323,10 @@ def _array(rowids: set[int]) -> npt.NDArray[np.int64]:
 def _has_extra_conditions(scope: Filter) -> bool:
     """Whether ``scope`` narrows a user's memories further than tenant and user."""
     narrowing = scope.model_dump(
-        exclude={"tenant_id", "user_id", "reader_roles"}, exclude_none=True
+        exclude={"tenant_id", "user_id", "reader_roles", "expired"}, exclude_none=True
     )
-    return bool(narrowing)
+    # Leaving out expired memories is done like the roles' check (``_hidden``).
+    return bool(narrowing) or scope.expired is not False
 
 
 def _record(body: str) -> MemoryRecord:
@@ -512,8 +537,8 @@ class SQLiteStore(MemoryStore):
     def _insert_row(self, conn: sqlite3.Connection, record: MemoryRecord, vector: Vector) -> int:
         cursor = conn.execute(
             "INSERT INTO memories (id, tenant_id, user_id, agent_id, project_id, session_id,"
-            " type, scope, created_at, valid_from, valid_to, version, body)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " type, scope, created_at, valid_from, valid_to, version, expires_at, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (*self._columns(record), record.model_dump_json()),
         )
         rowid = int(cursor.lastrowid or 0)
@@ -538,6 +563,7 @@ class SQLiteStore(MemoryStore):
             to_ms(valid_from) if valid_from else None,
             to_ms(valid_to) if valid_to else None,
             record.metadata.version,
+            to_ms(expires_at) if (expires_at := record.time.expires_at) else None,
         )
 
     @staticmethod
@@ -601,7 +627,8 @@ class SQLiteStore(MemoryStore):
             )
         conn.execute(
             "UPDATE memories SET agent_id = ?, project_id = ?, session_id = ?, type = ?,"
-            " scope = ?, created_at = ?, valid_from = ?, valid_to = ?, version = ?, body = ?"
+            " scope = ?, created_at = ?, valid_from = ?, valid_to = ?, version = ?,"
+            " expires_at = ?, body = ?"
             " WHERE rowid = ?",
             (*self._columns(new)[3:], new.model_dump_json(), rowid),
         )
@@ -703,6 +730,19 @@ class SQLiteStore(MemoryStore):
         with self._file.read() as conn:
             row = conn.execute(f"SELECT COUNT(*) FROM memories AS m WHERE {where}", params)
             return int(row.fetchone()[0])
+
+    def users(
+        self, tenant_id: str, *, after: str | None = None, limit: int = 1000
+    ) -> builtins.list[str]:
+        if limit < 1:
+            raise ValidationError("must be at least 1", field="limit")
+        with self._file.read() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT user_id FROM memories WHERE tenant_id = ? AND user_id > ?"
+                " ORDER BY user_id LIMIT ?",
+                (tenant_id, after or "", limit),
+            ).fetchall()
+        return [user for (user,) in rows]
 
     def history(self, memory_id: str, scope: Filter) -> builtins.list[HistoryEntry]:
         conditions = ["memory_id = ?", "tenant_id = ?"]
