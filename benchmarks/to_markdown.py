@@ -44,6 +44,30 @@ def recall_table(systems: dict[str, dict[str, Any]]) -> str:
     return _table(header, rows)
 
 
+def _num(value: float | None, digits: int) -> str:
+    """``value`` with ``digits`` decimals; "-" where a run did not measure it."""
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def half_table(systems: dict[str, dict[str, Any]], half: str) -> str:
+    """recall@10 and all@10 of one half of the conversations, overall (categories 1-4) and
+    by category, each system a row (``--halves`` of locomo_retrieval.py)."""
+    main = [c for c in CATEGORIES if c != "5"]
+    header = ["system", "R@10", "all@10"]
+    header += [f"R@10 {CATEGORIES[c]}" for c in main] + [f"all@10 {CATEGORIES[c]}" for c in main]
+    rows = []
+    for name, s in systems.items():
+        h = s.get("by_half", {}).get(half)
+        if h is None:
+            continue
+        rows.append(
+            [name, f"**{h['recall@10']:.3f}**", f"{h['all@10']:.3f}"]
+            + [f"{h['recall@10_by_category'][c]:.3f}" for c in main]
+            + [f"{h['all@10_by_category'][c]:.3f}" for c in main]
+        )
+    return _table(header, rows)
+
+
 def speed_table(systems: dict[str, dict[str, Any]]) -> str:
     header = [
         "system",
@@ -57,12 +81,12 @@ def speed_table(systems: dict[str, dict[str, Any]]) -> str:
     rows = [
         [
             name,
-            f"{s['add_p50_ms']:.2f}",
-            f"{s['ingest_per_s']:.0f}",
-            f"{s['search_p50_ms']:.2f}",
-            f"{s['search_p95_ms']:.2f}",
-            f"{s['search_p50_ms_10k']:.2f}",
-            f"{s['search_p95_ms_10k']:.2f}",
+            _num(s["add_p50_ms"], 2),
+            _num(s["ingest_per_s"], 0),
+            _num(s["search_p50_ms"], 2),
+            _num(s["search_p95_ms"], 2),
+            _num(s["search_p50_ms_10k"], 2),
+            _num(s["search_p95_ms_10k"], 2),
         ]
         for name, s in systems.items()
     ]
@@ -101,11 +125,14 @@ def ratio_table(systems: dict[str, dict[str, Any]]) -> str:
 def main() -> None:
     data = json.loads(Path(sys.argv[1]).read_text())
     systems = data["systems"]
+    for half in data.get("meta", {}).get("halves", {}):
+        print(f"### Conversations {half}: recall@10 and all@10, categories 1-4\n")
+        print(half_table(systems, half) + "\n")
     print("### Recall of evidence turns (categories 1-4 together; by category at k=10)\n")
     print(recall_table(systems))
     print("\n### Speed\n")
     print(speed_table(systems))
-    if "chatmem" in systems:
+    if "chatmem" in systems:  # the ratios need the timings of a run with one chatmem row
         print("\n### chatmem against each baseline, same run\n")
         print(ratio_table(systems))
         alone = systems["chatmem"].get("info", {}).get("embedder_alone_per_s")

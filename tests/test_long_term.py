@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-from datetime import UTC, datetime
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from chatmem import (
@@ -24,10 +27,12 @@ from chatmem import (
     Source,
     ValidationError,
 )
-from chatmem.records import MAX_TEXT_CHARS, Vector
+from chatmem.long_term import NEXT_TURN_REASON, SESSION_LOOKBACK
+from chatmem.records import MAX_TEXT_CHARS, MemoryRecord, Vector
 from chatmem.stores import SQLiteStore, Usage
-from chatmem.text import PART_CHARS
+from chatmem.text import PART_CHARS, embedding_text, index_fields
 from tests.conftest import long_document
+from tests.stores.conftest import BACKENDS, REDIS_URL, postgres_server, redis_reachable
 
 
 def test_cross_session_recall_finds_the_fact(memory: LongTermMemory) -> None:
@@ -463,3 +468,175 @@ def test_update_replaces_structured_content_and_roles_keeping_history(
         memory.get(fact.id, user_id="u", roles=frozenset({"ops"}))
     versions = [e.new.access_control.allowed_roles for e in memory.history(fact.id) if e.new]
     assert versions == [["hr"], [], ["hr", "legal"]]
+
+
+# -- a chat added one message at a time, as the chat proxy and live agents add it ----------
+
+
+def _chat(spaced_s: int = 0) -> list[dict[str, Any]]:
+    """A session's turns, said ``spaced_s`` seconds apart (0: all at the session's time,
+    as LoCoMo dates them)."""
+    said = [
+        ("Caroline", "What did you cook for the family dinner on Sunday?"),
+        ("Melanie", "A mushroom risotto, and the kids asked for seconds."),
+        ("Caroline", "Nice! I painted a sunrise over the lake that weekend."),
+        ("Melanie", "You should hang it in the hallway."),
+    ]
+    start = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    return [
+        {
+            "role": "user",
+            "name": name,
+            "content": text,
+            "timestamp": start + timedelta(seconds=spaced_s * i),
+        }
+        for i, (name, text) in enumerate(said)
+    ]
+
+
+def _add_live(memory: LongTermMemory, turns: list[dict[str, Any]], **scope: Any) -> list[str]:
+    return [memory.add(turn, **scope)[0].id for turn in turns]
+
+
+def _stored(memory: LongTermMemory, ids: list[str], user_id: str) -> list[MemoryRecord]:
+    return memory.store.get(ids, Filter(user_id=user_id))
+
+
+@pytest.mark.parametrize("spaced_s", [0, 30])
+def test_a_chat_added_one_message_at_a_time_is_indexed_as_if_added_whole(
+    memory: LongTermMemory, spaced_s: int
+) -> None:
+    turns = _chat(spaced_s)
+    whole = memory.add(turns, user_id="bulk", session_id="s1")
+    live = _stored(memory, _add_live(memory, turns, user_id="live", session_id="s1"), "live")
+    assert [index_fields(r) for r in live] == [index_fields(r) for r in whole]
+    assert [r.metadata.version for r in live] == [2, 2, 2, 1]
+    history = memory.history(live[0].id, user_id="live")
+    assert [(e.version, e.reason) for e in history] == [(1, None), (2, NEXT_TURN_REASON)]
+    assert history[0].new is not None and history[0].new.context is not None
+    assert history[0].new.context.after is None
+    # The embedded text holds no neighbour, so the vector stays the one the turn got.
+    vector = memory.store.vectors([live[0].id], Filter(user_id="live"))[live[0].id]
+    assert np.allclose(vector, memory.embedder.embed([embedding_text(live[0])])[0], atol=1e-6)
+
+
+def test_the_previous_turn_is_found_by_the_words_of_the_turn_after_it(
+    memory: LongTermMemory,
+) -> None:
+    first, *_ = _add_live(memory, _chat()[:2], user_id="u", session_id="s")
+    hits = memory.search("risotto", user_id="u", k=5)
+    question = next(h for h in hits if h.record.id == first)
+    assert question.keyword_score is not None  # its index entry was refreshed
+
+
+def test_live_context_never_crosses_sessions_users_tenants_or_readers(
+    memory: LongTermMemory,
+) -> None:
+    first, second = _chat()[:2]
+    (earlier,) = _add_live(memory, [first], user_id="u", session_id="A")
+    elsewhere = [
+        {"user_id": "u", "session_id": "B"},
+        {"user_id": "v", "session_id": "A"},
+        {"user_id": "u", "session_id": "A", "tenant_id": "other"},
+        {"user_id": "u", "session_id": "A", "allowed_roles": ["hr"]},
+        {"user_id": "u"},
+    ]
+    for scope in elsewhere:
+        (added,) = memory.add(second, **scope)
+        assert added.context is not None and added.context.before is None, scope
+    (kept,) = _stored(memory, [earlier], "u")
+    assert kept.context is not None and kept.context.after is None
+    assert kept.metadata.version == 1
+
+
+def test_a_turn_long_after_its_sessions_last_one_gets_no_context_from_it(
+    memory: LongTermMemory,
+) -> None:
+    first, second, third = _chat()[:3]
+    later = SESSION_LOOKBACK[-1] + timedelta(minutes=1)
+    _add_live(memory, [first], user_id="u", session_id="s")
+    (next_day,) = memory.add(
+        {**second, "timestamp": first["timestamp"] + timedelta(days=1)}, user_id="u", session_id="s"
+    )
+    assert next_day.context is not None and next_day.context.before == (
+        "Caroline: " + first["content"]
+    )
+    (too_late,) = memory.add(
+        {**third, "timestamp": second["timestamp"] + timedelta(days=1) + later},
+        user_id="u",
+        session_id="s",
+    )
+    assert too_late.context is not None and too_late.context.before is None
+
+
+def test_a_long_previous_message_gives_all_its_parts_the_next_turn(
+    memory: LongTermMemory,
+) -> None:
+    document = {"role": "user", "name": "Caroline", "content": long_document(3 * MAX_TEXT_CHARS)}
+    parts = memory.add(document, user_id="u", session_id="s")
+    (reply,) = memory.add(
+        {"role": "assistant", "content": "Thanks, I read it."}, user_id="u", session_id="s"
+    )
+    assert reply.context is not None and reply.context.before is not None
+    assert reply.context.before.startswith("Caroline: Section 0 covers")
+    for part in _stored(memory, [p.id for p in parts], "u"):
+        assert part.context is not None and part.context.after == "assistant: Thanks, I read it."
+
+
+@pytest.fixture(scope="module")
+def postgres_uri() -> Iterator[str]:
+    with postgres_server() as uri:
+        yield uri
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> str:
+    if reason := redis_reachable(REDIS_URL):
+        pytest.skip(reason)
+    return REDIS_URL
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("milvus", marks=pytest.mark.milvus),
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("cached-sqlite", marks=pytest.mark.redis),
+    ],
+)
+def test_live_context_on_every_backend(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    """Turns said at one moment (Milvus orders those by id, not by insertion) and turns
+    said apart both chain up as one chat added whole would."""
+    with LongTermMemory(BACKENDS[backend](request)(tmp_path), embedder) as memory:
+        for spaced_s in (0, 30):
+            turns = _chat(spaced_s)
+            whole = memory.add(turns, user_id=f"bulk{spaced_s}", session_id="s")
+            user = f"live{spaced_s}"
+            ids = _add_live(memory, turns, user_id=user, session_id="s")
+            live = _stored(memory, ids, user)
+            assert [index_fields(r) for r in live] == [index_fields(r) for r in whole]
+            hits = memory.search("risotto", user_id=user, k=5)
+            assert next(h for h in hits if h.record.id == ids[0]).keyword_score is not None
+
+
+def test_two_writers_of_one_session_chain_its_turns_as_one(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    """Each writer remembers the session's last turn it stored; a turn the other added
+    since (its ``after`` filled in) sends it back to the store."""
+    path = tmp_path / "shared.db"
+    turns = _chat()
+    with (
+        LongTermMemory(SQLiteStore(path), embedder) as one,
+        LongTermMemory(SQLiteStore(path), embedder) as two,
+    ):
+        whole = one.add(turns, user_id="bulk", session_id="s")
+        ids = [
+            writer.add(turn, user_id="live", session_id="s")[0].id
+            for writer, turn in zip([one, two, one, two], turns, strict=True)
+        ]
+        live = _stored(one, ids, "live")
+    assert [index_fields(r) for r in live] == [index_fields(r) for r in whole]

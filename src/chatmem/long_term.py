@@ -8,10 +8,11 @@ import asyncio
 import builtins
 import functools
 import json
+import logging
 import threading
 from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import IO, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import numpy as np
@@ -19,11 +20,13 @@ import pydantic
 
 from chatmem import ranking, strict_json
 from chatmem import text as textlib
+from chatmem.caches import LRUCache, MiB
 from chatmem.embeddings import Embedder, LocalEmbedder, embed_query
-from chatmem.errors import ImportFormatError, NotFoundError, ValidationError
+from chatmem.errors import ConflictError, ImportFormatError, NotFoundError, ValidationError
 from chatmem.records import (
     MAX_TEXT_CHARS,
     Content,
+    Context,
     EmbeddingInfo,
     Entry,
     Filter,
@@ -46,10 +49,31 @@ from chatmem.stores.base import Change, SearchQuery, Usage
 P = ParamSpec("P")
 R = TypeVar("R")
 
+log = logging.getLogger("chatmem.long_term")
+
 #: Message roles accepted by ``add``.
 ROLES = frozenset({"user", "assistant", "system", "tool"})
-#: How many messages before and after, in the same ``add`` call, give a message its context.
+#: How many messages before and after a message give it its context.
 DEFAULT_CONTEXT_WINDOW = 1
+#: How far back from a session's new message ``add`` looks for the session's earlier turns,
+#: widening in these steps until it finds one: the same moment (a whole session sent with
+#: one time), then a minute, an hour, a day, a week. A turn further from its session's
+#: previous turn gets no context from it. Each step is one read of the user's memories in
+#: that span, by the (tenant, user, created_at) index.
+SESSION_LOOKBACK = (
+    timedelta(0),
+    timedelta(minutes=1),
+    timedelta(hours=1),
+    timedelta(days=1),
+    timedelta(days=7),
+)
+#: Memories read per page while looking for a session's earlier turns.
+LOOKUP_PAGE = 64
+#: Bytes of the ids of each session's latest turns that ``add`` keeps, so that the next
+#: message of a session finds them by id rather than by reading the session's span.
+SESSION_TAILS_BYTES = 4 * MiB
+#: The history reason of a turn whose ``after`` context ``add`` filled in.
+NEXT_TURN_REASON = "context: the next turn was added"
 EXPORT_FORMAT = "chatmem.export/1"
 #: A neighbouring message is cut to this many characters when it serves as context.
 MAX_CONTEXT_CHARS = 2_000
@@ -94,6 +118,9 @@ class LongTermMemory:
         store.bind_embedding(self._embedding)
         self._embedder_threads: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        # (tenant, user, session, roles) -> the ids of the session's latest turns, oldest
+        # first, each turn the ids of its memories; checked against the store on every use.
+        self._tails: LRUCache[_TailKey, _Tail] = LRUCache(SESSION_TAILS_BYTES)
 
     @classmethod
     def open(
@@ -131,7 +158,15 @@ class LongTermMemory:
 
         A plain text becomes a semantic memory; chat messages become episodic memories, one
         per message, each indexed with its speaker, the day it was said and its neighbouring
-        messages as context. The whole call is one atomic write.
+        messages as context. The call's memories are one atomic write.
+
+        With a ``session_id``, the session's turns already stored (the latest ones said at or
+        before the first new message, with the same ``allowed_roles``) are the first
+        messages' earlier context, so a chat added one message at a time is indexed as one
+        added whole. The stored turn just before then gets the new messages as its ``after``
+        context, if it has none yet: a new version in a second write (its text, vector and
+        times unchanged; history reason ``NEXT_TURN_REASON``), skipped if a concurrent
+        writer changed or deleted it first.
 
         A chat message with no text (``content`` null, empty or blank, or content parts none
         of which is text: an assistant's tool call, an image) is skipped, never refused. Tool
@@ -162,13 +197,22 @@ class LongTermMemory:
         said = [_message(item, f"messages[{i}]") for i, item in enumerate(items)]
         # Turns that say nothing are left out, also as their neighbours' context.
         heard = [m for m in said if m.role is None or m.speaks()]
+        earlier = self._session_tail(base, heard, access) if session_id else []
+        spoken = [_turn_spoken(turn) for turn in earlier]
         records = [
             record
             for index, message in enumerate(heard)
             if message.role is None or message.content.strip()
-            for record in self._records_from(heard, index, base, metadata, type, extras, access)
+            for record in self._records_from(
+                heard, index, base, metadata, type, extras, access, spoken
+            )
         ]
-        return self.add_records([_expiring(r, expires_at) for r in records])
+        stored = self.add_records([_expiring(r, expires_at) for r in records])
+        if earlier and stored:
+            self._tell_previous(earlier[-1], heard)
+        if session_id and stored:
+            self._remember_tail(base, access, earlier, stored)
+        return stored
 
     def add_records(self, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
         """Store fully formed records (embedded here) in one atomic write."""
@@ -188,8 +232,10 @@ class LongTermMemory:
         memory_type: MemoryType | None,
         extras: Mapping[str, Any],
         access_control: Mapping[str, Any] | None = None,
+        earlier: Sequence[str] = (),
     ) -> builtins.list[MemoryRecord]:
-        """The memory ``said[index]`` is stored as, or its parts when it is too long."""
+        """The memory ``said[index]`` is stored as, or its parts when it is too long;
+        ``earlier`` is what was said before ``said[0]`` (oldest first), as context."""
         message = said[index]
         user_metadata = {**(metadata or {}), **message.metadata}
         if message.role is not None:
@@ -206,7 +252,7 @@ class LongTermMemory:
             "metadata": meta,
             "time": {"created_at": created, "updated_at": created},
             "provenance": [message.id] if message.id else [],
-            "context": self._context(said, index),
+            "context": self._context(said, index, earlier),
         }
         if access_control:
             fields["access_control"] = access_control
@@ -225,18 +271,136 @@ class LongTermMemory:
             for text, m in zip(texts, metas, strict=True)
         ]
 
-    def _context(self, said: Sequence[_Message], index: int) -> dict[str, Any] | None:
-        """A chat message's speaker and neighbours in the same call; None for plain text."""
+    def _context(
+        self, said: Sequence[_Message], index: int, earlier: Sequence[str] = ()
+    ) -> dict[str, Any] | None:
+        """A chat message's speaker and neighbours (``earlier``, then the call's messages
+        before it; the call's messages after it); None for plain text."""
         message = said[index]
         if message.role is None:
             return None
-        earlier = said[max(0, index - self.context_window) : index]
+        before = [*earlier, *(m.spoken() for m in said[:index])][-self.context_window :]
         later = said[index + 1 : index + 1 + self.context_window]
         return {
             "speaker": message.name or message.role,
-            "before": "\n".join(m.spoken() for m in earlier) or None,
+            "before": "\n".join(before) or None,
             "after": "\n".join(m.spoken() for m in later) or None,
         }
+
+    def _session_tail(
+        self,
+        base: Mapping[str, Any],
+        heard: Sequence[_Message],
+        access: Mapping[str, Any] | None,
+    ) -> builtins.list[builtins.list[MemoryRecord]]:
+        """The session's latest stored turns said at or before the call's first message,
+        oldest first, at most ``context_window`` of them, each as its memories (a long
+        message is several parts). Only chat turns with the call's ``allowed_roles`` count:
+        a turn some readers may not see is no context for one they may."""
+        if not heard or heard[0].role is None or self.context_window < 1:
+            return []
+        roles = sorted((access or {}).get("allowed_roles", []))
+        scope = Filter(
+            tenant_id=base["tenant_id"], user_id=base["user_id"], session_id=base["session_id"]
+        )
+        moment = Filter(created_before=heard[0].timestamp or utcnow()).created_before
+        assert moment is not None
+        until = moment + timedelta(milliseconds=1)  # turns of the very same moment count
+        remembered = self._remembered_tail(_tail_key(base, access), scope, until)
+        if remembered is not None:
+            return remembered
+        for span in SESSION_LOOKBACK:
+            window = scope.model_copy(
+                update={"created_after": moment - span, "created_before": until}
+            )
+            turns = self._latest_turns(window, roles)
+            if turns:
+                return turns
+        return []
+
+    def _latest_turns(
+        self, scope: Filter, roles: Sequence[str]
+    ) -> builtins.list[builtins.list[MemoryRecord]]:
+        """The last ``context_window`` chat turns of ``scope`` with ``roles``, oldest first.
+
+        Turns said at the same moment keep the store's order, except that one without an
+        ``after`` context comes last: it is the one no turn has followed yet (a store that
+        orders ties by id, as Milvus does, would otherwise pick any of them)."""
+        turns: dict[str, builtins.list[MemoryRecord]] = {}  # a message's memories, by message
+        cursor: str | None = None
+        while True:
+            page = self.store.list(scope, LOOKUP_PAGE, cursor)
+            for record in page.records:
+                if record.context is None or sorted(record.access_control.allowed_roles) != roles:
+                    continue
+                message = str(record.user_metadata.get(PART_OF_KEY, record.id))
+                turns.setdefault(message, []).append(record)
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        ordered = sorted(turns.values(), key=_turn_order)
+        return [sorted(turn, key=_part_number) for turn in ordered[-self.context_window :]]
+
+    def _remembered_tail(
+        self, key: _TailKey, scope: Filter, until: datetime
+    ) -> builtins.list[builtins.list[MemoryRecord]] | None:
+        """The session's latest turns as this object last stored them, read by id; None when
+        they are unknown or may no longer be the latest (one is gone, the last was said
+        after ``until``, or it has an ``after`` context: another writer added a turn), or the
+        last is further back than ``SESSION_LOOKBACK`` reaches."""
+        tail = self._tails.get(key)
+        if tail is None:
+            return None
+        found = {r.id: r for r in self.store.get([i for turn in tail for i in turn], scope)}
+        turns = [[found[i] for i in turn if i in found] for turn in tail]
+        if any(len(t) != len(ids) for t, ids in zip(turns, tail, strict=True)):
+            return None
+        said = turns[-1][0].time.created_at
+        too_old = said < until - timedelta(milliseconds=1) - SESSION_LOOKBACK[-1]
+        if too_old or said >= until or not _turn_order(turns[-1])[1]:
+            return None
+        return turns
+
+    def _remember_tail(
+        self,
+        base: Mapping[str, Any],
+        access: Mapping[str, Any] | None,
+        earlier: Sequence[Sequence[MemoryRecord]],
+        stored: Sequence[MemoryRecord],
+    ) -> None:
+        """Keep the ids of the session's latest turns after this call (see ``_tails``)."""
+        key = _tail_key(base, access)
+        said = [r for r in stored if r.context is not None]
+        if not said or (earlier and said[0].time.created_at < earlier[-1][0].time.created_at):
+            self._tails.pop(key)  # said before what is stored: the store knows the order
+            return
+        turns: dict[str, builtins.list[str]] = {}
+        for record in said:
+            message = str(record.user_metadata.get(PART_OF_KEY, record.id))
+            turns.setdefault(message, []).append(record.id)
+        known = [tuple(r.id for r in turn) for turn in earlier]
+        latest = [*known, *(tuple(ids) for ids in turns.values())]
+        self._tails.put(key, tuple(latest[-self.context_window :]))
+
+    def _tell_previous(self, turn: Sequence[MemoryRecord], heard: Sequence[_Message]) -> None:
+        """Give the stored turn before the call's messages those messages as its ``after``
+        context, unless it has one: a new version, re-indexed, in a write of its own."""
+        after = "\n".join(m.spoken() for m in heard[: self.context_window])
+        changes = [
+            Change(_with_after(record, after), None, record.metadata.version, NEXT_TURN_REASON)
+            for record in turn
+            if record.context is not None and record.context.after is None
+        ]
+        if not changes:
+            return
+        try:
+            self.store.update(changes)
+        except (ConflictError, NotFoundError) as exc:
+            # A concurrent writer changed or deleted the turn: the new messages are stored
+            # and keep their own context; only the earlier turn's index misses them.
+            log.info(
+                "the previous turn of session %s kept its context: %s", turn[0].session_id, exc
+            )
 
     def update(
         self,
@@ -607,6 +771,45 @@ class _Message:
         if self.tool_call_id:
             kept["tool_call_id"] = self.tool_call_id
         return kept or None
+
+
+_TailKey = tuple[str, str, str, tuple[str, ...]]
+_Tail = tuple[tuple[str, ...], ...]
+
+
+def _tail_key(base: Mapping[str, Any], access: Mapping[str, Any] | None) -> _TailKey:
+    roles = tuple(sorted((access or {}).get("allowed_roles", [])))
+    return base["tenant_id"], base["user_id"], base["session_id"], roles
+
+
+def _turn_spoken(turn: Sequence[MemoryRecord]) -> str:
+    """A stored turn (its memories: one, or the parts of a long message) as a neighbour's
+    context, as ``_Message.spoken`` gives it: ``"<speaker>: <text>"``, cut."""
+    said = "\n".join(record.content.raw for record in turn)
+    context = turn[0].context
+    speaker = context.speaker if context else None
+    text = f"{speaker}: {said}" if speaker else said
+    return text[:MAX_CONTEXT_CHARS]
+
+
+def _turn_order(turn: Sequence[MemoryRecord]) -> tuple[datetime, bool]:
+    """Turns said at one moment: those not yet followed (no ``after``) last."""
+    context = turn[-1].context
+    return turn[0].time.created_at, context is None or context.after is None
+
+
+def _part_number(record: MemoryRecord) -> int:
+    number = record.user_metadata.get(PART_KEY)
+    return number if isinstance(number, int) else 0
+
+
+def _with_after(record: MemoryRecord, after: str) -> MemoryRecord:
+    """``record``'s next version, its ``after`` context set to ``after``."""
+    context = record.context or Context()
+    metadata = record.metadata.model_copy(update={"version": record.metadata.version + 1})
+    return record.model_copy(
+        update={"context": context.model_copy(update={"after": after}), "metadata": metadata}
+    )
 
 
 def _ttl(expires_at: datetime | Literal["never"] | None) -> dict[str, datetime | None]:
