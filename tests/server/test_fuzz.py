@@ -220,6 +220,7 @@ BODIES: dict[tuple[str, str], Any] = {
         "session_id": "s1",
         "allowed_roles": ["hr"],
     },
+    ("POST", "/v1/embeddings"): {"model": "m", "input": ["I moved to Porto."]},
     ("POST", "/v1/memory/search"): {
         "user_id": "alice",
         "query": "Where does Alice live?",

@@ -32,7 +32,7 @@ from qdrant_client.http import models
 
 from chatmem import text as textlib
 from chatmem.errors import ConfigError, ValidationError
-from chatmem.records import Filter, HistoryEntry, HistoryEvent, MemoryRecord, from_ms
+from chatmem.records import Filter, HistoryEntry, HistoryEvent, MemoryRecord, from_ms, utcnow
 from chatmem.stores.base import cursor_ms
 from chatmem.stores.milvus import (
     OPEN_END,
@@ -135,7 +135,19 @@ def filter_for(scope: Filter) -> models.Filter:
         must.append(_metadata_condition(key, value))
     if scope.reader_roles is not None:
         must.append(_readable(scope.reader_roles))
+    if scope.expired is not None:
+        must.append(_expiry(scope.expired))
     return models.Filter(must=must)
+
+
+def _expiry(expired: bool) -> models.Condition:
+    """Memories whose TTL has (or has not) run out now; stored times are whole milliseconds."""
+    now = ms_floor(utcnow())
+    if expired:
+        return _range("expires_at", lte=now)
+    # A point written before TTLs existed has no expires_at: it never expires.
+    unset = models.IsEmptyCondition(is_empty=models.PayloadField(key="expires_at"))
+    return models.Filter(should=[_range("expires_at", gt=now), unset])
 
 
 def narrowed(base: models.Filter, *conditions: models.Condition) -> models.Filter:
@@ -183,6 +195,7 @@ def memory_payload(record: MemoryRecord) -> dict[str, Any]:
         "created_at": ms_floor(time_info.created_at),
         "valid_from": ms_floor(time_info.valid_from) if time_info.valid_from else OPEN_START,
         "valid_to": ms_floor(time_info.valid_to) if time_info.valid_to else OPEN_END,
+        "expires_at": ms_floor(time_info.expires_at) if time_info.expires_at else OPEN_END,
         "version": record.metadata.version,
         "user_metadata": metadata,
         "meta_terms": metadata_terms(metadata) + access_terms(record),
@@ -350,7 +363,10 @@ _KEYWORD_INDEXED = {
     ),
     "history": ("tenant_id", "memory_id"),
 }
-_INTEGER_INDEXED = {"memories": ("created_at", "valid_from", "valid_to"), "history": ()}
+_INTEGER_INDEXED = {
+    "memories": ("created_at", "valid_from", "valid_to", "expires_at"),
+    "history": (),
+}
 
 
 def memories_config(dimension: int, remote: bool) -> dict[str, Any]:
