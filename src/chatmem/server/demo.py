@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import tempfile
 import time
 from collections.abc import Callable
@@ -71,21 +72,24 @@ def run_demo(say: Callable[[str], None], *, data_dir: Path | None = None) -> dic
                 )
             )
             model = stack.enter_context(ScriptedOpenAIServer(responder=scripted_model))
+            # The demo's own admin key: /readyz tells only the admin how long the queue is.
+            admin = secrets.token_hex(16)
             config = ServiceConfig.parse(
                 {
                     "server": {"data_dir": str(folder)},
                     "upstream": {"base_url": model.base_url},
+                    "auth": {"admin_key": admin},
                     "memory": {"extraction_batch_size": 3, "search_budget_ms": 1000},
                 }
             )
             service = stack.enter_context(ServiceThread(create_app(config)))
-            return _converse(service.url, folder, say, captured)
+            return _converse(service.url, folder, say, captured, admin)
     finally:
         policy_log.removeHandler(captured)
 
 
 def _converse(
-    url: str, folder: Path, say: Callable[[str], None], captured: _Captured
+    url: str, folder: Path, say: Callable[[str], None], captured: _Captured, admin: str
 ) -> dict[str, Any]:
     say(f"service: {url}  (data: {folder})")
     result: dict[str, Any] = {}
@@ -94,7 +98,7 @@ def _converse(
         for text in SESSION_A:
             answer, _ = _chat(http, "alice", "session-A", text)
             say(f"  alice: {text}\n  model: {answer}")
-        _wait_for_extraction(http, captured)
+        result["extraction_drained"] = _wait_for_extraction(http, captured, admin)
         result["extraction_log"] = list(captured.lines)
         for line in captured.lines:
             say(f"  [log] {line}")
@@ -127,14 +131,19 @@ def _chat(http: httpx.Client, user: str, session: str, text: str) -> tuple[str, 
     return str(response.json()["choices"][0]["message"]["content"]), response.headers
 
 
-def _wait_for_extraction(http: httpx.Client, captured: _Captured, timeout_s: float = 30.0) -> None:
+def _wait_for_extraction(
+    http: httpx.Client, captured: _Captured, admin: str, timeout_s: float = 30.0
+) -> bool:
     """Until a batch was written and the queue is empty (turns are stored after the answer
-    is sent, and extracted by the worker thread after that)."""
+    is sent, and extracted by the worker thread after that); False if it never was."""
     deadline = time.monotonic() + timeout_s
+    headers = {"Authorization": f"Bearer {admin}"}
     while time.monotonic() < deadline:
-        if captured.lines and http.get("/readyz").json().get("extraction_queue") == 0:
-            return
+        ready = http.get("/readyz", headers=headers).json()
+        if captured.lines and ready.get("extraction_queue") == 0:
+            return True
         time.sleep(0.05)
+    return False
 
 
 __all__ = ["run_demo", "scripted_model"]
