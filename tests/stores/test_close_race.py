@@ -44,7 +44,7 @@ _RACE = textwrap.dedent(
                     store.state(key)
             except StoreError:
                 return  # the store closed under us: the typed error, as promised
-            except BaseException as exc:
+            except BaseException as exc:  # boundary: anything else fails the test, below
                 unexpected.append(repr(exc))
 
         threads = [threading.Thread(target=reader) for _ in range(4)]

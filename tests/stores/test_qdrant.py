@@ -331,7 +331,7 @@ def test_threads_may_write_and_search_at_once(store: QdrantStore, tenant: str) -
                 store.put([Entry(record(tenant, user, f"note {i} about tea"), unit(1, i))])
                 scope = Filter(tenant_id=tenant, user_id=user)
                 store.search(SearchQuery(scope, vector=unit(1), text="tea"))
-        except BaseException as exc:  # reported below, in the test's thread
+        except BaseException as exc:  # boundary: reported below, in the test's thread
             failures.append(exc)
 
     threads = [threading.Thread(target=work, args=(f"user{n}",)) for n in range(4)]
