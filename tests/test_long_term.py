@@ -640,3 +640,14 @@ def test_two_writers_of_one_session_chain_its_turns_as_one(
         ]
         live = _stored(one, ids, "live")
     assert [index_fields(r) for r in live] == [index_fields(r) for r in whole]
+
+
+def test_a_turn_restricted_after_it_was_said_is_no_context_for_an_open_one(
+    memory: LongTermMemory,
+) -> None:
+    said = {"user_id": "u", "session_id": "s"}
+    (first,) = memory.add([{"role": "user", "content": "Salary review Kdeadbeef"}], **said)
+    memory.update(first.id, user_id="u", allowed_roles=["hr"])  # its readers change
+    (later,) = memory.add([{"role": "user", "content": "What is the weather?"}], **said)
+    assert later.context is not None
+    assert "Kdeadbeef" not in (later.context.before or "")

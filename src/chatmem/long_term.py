@@ -306,7 +306,7 @@ class LongTermMemory:
         moment = Filter(created_before=heard[0].timestamp or utcnow()).created_before
         assert moment is not None
         until = moment + timedelta(milliseconds=1)  # turns of the very same moment count
-        remembered = self._remembered_tail(_tail_key(base, access), scope, until)
+        remembered = self._remembered_tail(_tail_key(base, access), scope, until, roles)
         if remembered is not None:
             return remembered
         for span in SESSION_LOOKBACK:
@@ -342,18 +342,25 @@ class LongTermMemory:
         return [sorted(turn, key=_part_number) for turn in ordered[-self.context_window :]]
 
     def _remembered_tail(
-        self, key: _TailKey, scope: Filter, until: datetime
+        self, key: _TailKey, scope: Filter, until: datetime, roles: Sequence[str]
     ) -> builtins.list[builtins.list[MemoryRecord]] | None:
         """The session's latest turns as this object last stored them, read by id; None when
         they are unknown or may no longer be the latest (one is gone, the last was said
-        after ``until``, or it has an ``after`` context: another writer added a turn), or the
-        last is further back than ``SESSION_LOOKBACK`` reaches."""
+        after ``until``, or it has an ``after`` context: another writer added a turn), when
+        one no longer has the call's ``roles`` (its readers changed since), or the last is
+        further back than ``SESSION_LOOKBACK`` reaches."""
         tail = self._tails.get(key)
         if tail is None:
             return None
         found = {r.id: r for r in self.store.get([i for turn in tail for i in turn], scope)}
         turns = [[found[i] for i in turn if i in found] for turn in tail]
         if any(len(t) != len(ids) for t, ids in zip(turns, tail, strict=True)):
+            return None
+        if any(
+            r.context is None or sorted(r.access_control.allowed_roles) != roles
+            for turn in turns
+            for r in turn
+        ):
             return None
         said = turns[-1][0].time.created_at
         too_old = said < until - timedelta(milliseconds=1) - SESSION_LOOKBACK[-1]
@@ -608,7 +615,13 @@ class LongTermMemory:
                 return written
             cursor = page.next_cursor
 
-    def import_jsonl(self, lines: Iterable[str], *, on_conflict: OnConflict = "fail") -> int:
+    def import_jsonl(
+        self,
+        lines: Iterable[str],
+        *,
+        on_conflict: OnConflict = "fail",
+        roles: Collection[str] | None = None,
+    ) -> int:
         """Read lines written by ``export_jsonl`` and store them atomically: a malformed
         line raises ImportFormatError and nothing of the file is stored.
 
@@ -620,8 +633,22 @@ class LongTermMemory:
         An id held by anyone else (another user, or another tenant) is no conflict: the
         memory is stored as a new one under a new id, and links to it within the import
         follow it. Which ids others hold is not the importer's to learn, so such a line is
-        answered exactly as a line with an unused id."""
+        answered exactly as a line with an unused id.
+
+        With ``roles`` (an importer holding them, SPEC L7), a memory hidden from those roles
+        counts as held by someone else, and a record that names a role outside them is an
+        ImportFormatError: an import never reads, replaces or writes what its importer may
+        not read."""
         entries = [e for e in (_parse_line(t, n) for n, t in enumerate(lines, 1)) if e]
+        if roles is not None:
+            for number, (record, _) in enumerate(entries, 1):
+                lacking = sorted(set(record.access_control.allowed_roles) - set(roles))
+                if lacking:
+                    raise ImportFormatError(
+                        f"names roles the importer does not hold: {', '.join(lacking)}",
+                        line=number,
+                        field="record.access_control.allowed_roles",
+                    )
 
         missing = [i for i, (_, v) in enumerate(entries) if v is None]
         if missing:
@@ -642,7 +669,7 @@ class LongTermMemory:
                     line=number,
                     field="vector",
                 )
-        stored = self._stored_versions(ready)
+        stored = self._stored_versions(ready, roles)
         if on_conflict == "fail" and stored:
             raise ValidationError(f"memory {next(iter(stored))!r} already exists", field="id")
         self._put_as_new([e for e in ready if e.record.id not in stored])
@@ -667,8 +694,12 @@ class LongTermMemory:
                     raise
                 renamed[taken] = new_id()
 
-    def _stored_versions(self, entries: Sequence[Entry]) -> dict[str, int]:
-        """The stored version of each entry's id that the entry's user already holds."""
+    def _stored_versions(
+        self, entries: Sequence[Entry], roles: Collection[str] | None = None
+    ) -> dict[str, int]:
+        """The stored version of each entry's id that the entry's user already holds, in a
+        memory a reader holding ``roles`` may see (None: any)."""
+        readers = frozenset(roles) if roles is not None else None
         owners: dict[tuple[str, str], builtins.list[str]] = {}
         for entry in entries:
             owners.setdefault((entry.record.tenant_id, entry.record.user_id), []).append(
@@ -677,7 +708,9 @@ class LongTermMemory:
         return {
             record.id: record.metadata.version
             for (tenant_id, user_id), ids in owners.items()
-            for record in self.store.get(ids, Filter(tenant_id=tenant_id, user_id=user_id))
+            for record in self.store.get(
+                ids, Filter(tenant_id=tenant_id, user_id=user_id, reader_roles=readers)
+            )
         }
 
     def _embedding_pool(self) -> ThreadPoolExecutor:

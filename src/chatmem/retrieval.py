@@ -1291,12 +1291,14 @@ class Retriever:
             started.running, self._find, query, user_id, tenant_id, narrow, now, limits
         )
         future.add_done_callback(self._search_ended)
-        if not started.event.wait(self.search_queue_ms / 1000) and future.cancel():
-            logger.warning(
-                "Memory: no search thread free within %.0f ms, going on without memory",
-                self.search_queue_ms,
-            )
-            return "busy"
+        if not started.event.wait(self.search_queue_ms / 1000):
+            if future.cancel():
+                logger.warning(
+                    "Memory: no search thread free within %.0f ms, going on without memory",
+                    self.search_queue_ms,
+                )
+                return "busy"
+            started.event.wait()  # it started as the wait ended: its start time is set next
         try:
             left = self.search_budget_ms / 1000 - (time.perf_counter() - started.at)
             return future.result(timeout=max(left, 0.0))

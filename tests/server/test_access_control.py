@@ -217,3 +217,75 @@ def _check_library(
     # Every memory linked from a readable one is followed only when readable too.
     for item in linked:
         assert Filter(tenant_id=TENANT, reader_roles=roles).may_read(item.record)
+
+
+# -- writes never reach past the writer's roles ----------------------------------------------
+
+
+def _service_with_keys(
+    make_service: ServiceFactory,
+) -> tuple[TestClient, dict[str, str], dict[str, str]]:
+    from tests.server.test_admin import ADMIN, new_key
+
+    client = make_service(auth={"anonymous_tenant": None})
+    admin = {**ADMIN, "X-Chatmem-Tenant": TENANT}
+    return client, admin, new_key(client, TENANT, ["ops"])
+
+
+def test_a_key_cannot_write_a_memory_it_could_not_read(make_service: ServiceFactory) -> None:
+    client, admin, ops = _service_with_keys(make_service)
+    secret = "Salary review note Kdeadbeef: a 3% raise"
+    turn = {"user_id": "u", "session_id": "s", "allowed_roles": ["hr"]}
+    said = client.post(
+        "/v1/memory",
+        json={**turn, "messages": [{"role": "user", "content": secret}]},
+        headers=admin,
+    )
+    assert said.status_code == 201
+    # Naming hr would have made the new turn take the hr turn as its context, and echoed it.
+    probe = {**turn, "messages": [{"role": "user", "content": "hi"}]}
+    refused = client.post("/v1/memory", json=probe, headers=ops)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "allowed_roles"
+    assert "Kdeadbeef" not in refused.text
+    assert (
+        client.post("/v1/memory", json={**probe, "allowed_roles": ["ops"]}, headers=ops).status_code
+        == 201
+    )
+
+
+def test_an_import_never_reads_replaces_or_grants_past_the_importers_roles(
+    make_service: ServiceFactory,
+) -> None:
+    client, admin, ops = _service_with_keys(make_service)
+    made = client.post(
+        "/v1/memory",
+        json={"user_id": "u", "content": "Salary review Kdeadbeef", "allowed_roles": ["hr"]},
+        headers=admin,
+    ).json()["memories"][0]
+    line = client.get("/v1/memory/export", params={"user_id": "u"}, headers=admin).text
+    opened = line.replace('"allowed_roles":["hr"]', '"allowed_roles":[]').replace(
+        "Kdeadbeef", "Kfeedface"
+    )
+    replaced = client.post(
+        "/v1/memory/import", content=opened, params={"on_conflict": "replace"}, headers=ops
+    )
+    assert replaced.status_code == 200, replaced.text  # stored under a new id, not over the hr one
+    kept = client.get(f"/v1/memory/{made['id']}", headers=admin).json()
+    assert kept["content"]["raw"] == "Salary review Kdeadbeef" and kept["metadata"]["version"] == 1
+    granted = client.post("/v1/memory/import", content=line, headers=ops)
+    assert granted.status_code == 400
+    assert granted.json()["error"]["param"] == "record.access_control.allowed_roles"
+
+
+def test_forgetting_a_user_deletes_only_what_the_key_may_read(make_service: ServiceFactory) -> None:
+    client, admin, ops = _service_with_keys(make_service)
+    for roles in ([], ["hr"]):
+        body = {"user_id": "u", "content": f"note for {roles}", "allowed_roles": roles}
+        assert client.post("/v1/memory", json=body, headers=admin).status_code == 201
+    gone = client.delete("/v1/memory", params={"user_id": "u"}, headers=ops)
+    assert gone.json() == {"deleted": 1}
+    left = client.get("/v1/memory", params={"user_id": "u"}, headers=admin).json()["memories"]
+    assert [m["content"]["raw"] for m in left] == ["note for ['hr']"]
+    assert client.delete("/v1/memory", params={"user_id": "u"}, headers=admin).json() == {
+        "deleted": 1
+    }

@@ -44,7 +44,11 @@ JSON = {"Content-Type": "application/json"}
 #: Both ways to run: keys required (a config file key for tenant "acme"), and anonymous.
 CONFIGS = {
     "keys-required": {
-        "auth": {"anonymous_tenant": None, "keys": [{"key": TENANT_KEY, "tenant": "acme"}]}
+        # The key holds "hr": the memory example names it, and a key writes only roles it holds.
+        "auth": {
+            "anonymous_tenant": None,
+            "keys": [{"key": TENANT_KEY, "tenant": "acme", "roles": ["hr"]}],
+        }
     },
     "no-keys": {},
 }

@@ -139,7 +139,9 @@ def test_forget_a_user_names_what_goes_and_needs_the_id(page: Page, service: Ser
 def test_export_downloads_the_users_memories_as_jsonl(page: Page, service: Service) -> None:
     key = service.new_key("acme")
     service.remember(key, "alice", "Alice likes tea")
-    service.remember(key, "alice", "Alice's secret", allowed_roles=["hr"])
+    # The admin writes it: a key may not write a memory it could not read.
+    admin = {"X-Chatmem-Tenant": "acme"}
+    service.remember(ADMIN_KEY, "alice", "Alice's secret", allowed_roles=["hr"], headers=admin)
     login(page, service, key)
     page.goto(service.url + "/ui/users/alice")
     with page.expect_download() as download:

@@ -191,6 +191,7 @@ def remember(
     session_id: str | None = None,
     allowed_roles: list[str] | None = None,
 ) -> Remembered:
+    caller.reader.check_grant(allowed_roles)
     try:
         added = caller.memory.add(
             text,

@@ -82,6 +82,18 @@ class Reader:
         fields = {**narrow, "tenant_id": self.tenant_id, "reader_roles": self.roles}
         return Filter.checked(fields)
 
+    def check_grant(self, roles: Sequence[str] | None, field: str = "allowed_roles") -> None:
+        """Refuse (ValidationError naming ``field``) roles this reader does not hold: a key
+        never writes a memory it could not read, so whatever a write returns or touches
+        (the new memory, the neighbours it takes as context) stays within its roles."""
+        if self.roles is None or not roles:
+            return
+        lacking = sorted(set(roles) - self.roles)
+        if lacking:
+            raise ValidationError(
+                f"names roles this key does not hold: {', '.join(lacking)}", field=field
+            )
+
 
 @dataclass(frozen=True)
 class KeyInfo:

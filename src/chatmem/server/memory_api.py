@@ -32,7 +32,7 @@ from chatmem.records import (
     SearchResult,
     utcnow,
 )
-from chatmem.server.app import ApiError, MemoryRuntimeDep, ReaderDep, TenantDep
+from chatmem.server.app import ApiError, MemoryRuntimeDep, ReaderDep
 from chatmem.server.auth import Reader
 
 router = APIRouter(prefix="/v1/memory", tags=["memory"])
@@ -263,14 +263,16 @@ def export_memories(
 async def import_memories(
     request: Request,
     memory: LongTermDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
     on_conflict: Annotated[OnConflict, Query()] = "fail",
 ) -> Imported:
     """Store the lines of an export, all or none, in the caller's tenant. A line whose
     record names another tenant is refused: a key never writes into another tenant.
     ``on_conflict`` says what to do with a memory whose id the user already holds: ``fail``
     (nothing is stored), ``skip`` it, or ``replace`` it (a new version; history keeps the
-    old)."""
+    old). An id that only a memory hidden from the key holds is stored under a new id, as
+    one another tenant holds; a record may name only roles the key holds."""
+    tenant_id = reader.tenant_id
     raw = await request.body()
     if len(raw) > MAX_IMPORT_BYTES:
         raise ApiError(413, f"an import is at most {MAX_IMPORT_BYTES} bytes", code="too_large")
@@ -279,7 +281,9 @@ async def import_memories(
     except UnicodeDecodeError as exc:
         raise ApiError(400, f"the body is not UTF-8: {exc}", code="invalid_encoding") from None
     lines = in_tenant(text.splitlines(), tenant_id)
-    imported = await asyncio.to_thread(memory.import_jsonl, lines, on_conflict=on_conflict)
+    imported = await asyncio.to_thread(
+        memory.import_jsonl, lines, on_conflict=on_conflict, roles=reader.roles
+    )
     return Imported(imported=imported)
 
 
@@ -328,8 +332,11 @@ def search_memories(body: SearchMemories, memory: LongTermDep, reader: ReaderDep
 
 
 @router.post("", status_code=201, responses=_UNAVAILABLE)
-def create_memory(body: CreateMemory, memory: LongTermDep, tenant_id: TenantDep) -> Memories:
-    """Remember a text or each message of a chat, in one atomic write."""
+def create_memory(body: CreateMemory, memory: LongTermDep, reader: ReaderDep) -> Memories:
+    """Remember a text or each message of a chat, in one atomic write. ``allowed_roles``
+    may name only roles the key holds (the admin's: any)."""
+    reader.check_grant(body.allowed_roles)
+    tenant_id = reader.tenant_id
     said: str | list[dict[str, Any]] = (
         body.content
         if body.content is not None
@@ -387,13 +394,15 @@ def count_memories(
 @router.delete("", responses=_UNAVAILABLE)
 def forget_user(
     runtime: MemoryRuntimeDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
     user_id: IdQuery,
     project_id: OptionalIdQuery = None,
 ) -> Deleted:
-    """Forget a user's memories (or one project's of them). Without ``project_id`` the
-    user's sessions and queued extraction go too, so nothing comes back later."""
-    return Deleted(deleted=runtime.forget_user(tenant_id, user_id, project_id))
+    """Forget a user's memories (or one project's of them): those the key may read (the
+    admin's: all). Without ``project_id`` the user's sessions and queued extraction go
+    too, so nothing comes back later."""
+    forgotten = runtime.forget_user(reader.tenant_id, user_id, project_id, reader.roles)
+    return Deleted(deleted=forgotten)
 
 
 @router.get("/{memory_id}", responses=_UNAVAILABLE)

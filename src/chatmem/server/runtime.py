@@ -327,14 +327,26 @@ class Runtime:
         self._sweeper = threading.Thread(target=sweep, name="chatmem-sessions", daemon=True)
         self._sweeper.start()
 
-    def forget_user(self, tenant_id: str, user_id: str, project_id: str | None = None) -> int:
+    def forget_user(
+        self,
+        tenant_id: str,
+        user_id: str,
+        project_id: str | None = None,
+        roles: frozenset[str] | None = None,
+    ) -> int:
         """Forget a user: long-term memories, and (for the whole user) sessions, response
         chains and queued extraction, so nothing comes back from a batch still waiting.
-        Returns the memories deleted."""
+        With ``roles`` (a caller holding them), only the memories they open go, as a delete
+        by id would answer 404 for the rest (SPEC L7). Returns the memories deleted."""
         deleted = 0
         if self.long_term is not None:
             scope = Filter.checked(
-                {"tenant_id": tenant_id, "user_id": user_id, "project_id": project_id}
+                {
+                    "tenant_id": tenant_id,
+                    "user_id": user_id,
+                    "project_id": project_id,
+                    "reader_roles": roles,
+                }
             )
             deleted = self.long_term.delete_all(scope, reason="user forgotten")
         if project_id is None:

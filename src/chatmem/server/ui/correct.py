@@ -233,7 +233,7 @@ def forget_user(request: Request, viewer: ViewerDep, form: FormDep, user_id: str
             request, "forget_user.html", viewer, status=400, user_id=user_id, goes=goes,
             errors=errors,
         )  # fmt: skip
-    runtime.forget_user(viewer.reader.tenant_id, user_id)
+    runtime.forget_user(viewer.reader.tenant_id, user_id, roles=viewer.reader.roles)
     return _redirect(path("users", notice="user-forgotten"))
 
 
