@@ -439,3 +439,14 @@ def test_the_extraction_mark_moves_forward_only(store: SessionStore, key: Sessio
     store.mark_extracted(key, 3)
     assert store.state(key).extracted_upto == 3
     assert key not in store.unextracted()
+
+
+def test_marking_a_forgotten_session_does_not_bring_it_back(
+    store: SessionStore, key: SessionKey
+) -> None:
+    """Extraction marks a session after its turn is answered; the user may be forgotten in
+    between. The mark must not create an empty session that lists again."""
+    store.append(key, [message("one", 1), message("two", 2)])
+    store.delete_user(key.tenant_id, key.user_id)
+    store.mark_extracted(key, 2)
+    assert store.sessions(key.tenant_id, key.user_id) == []

@@ -125,10 +125,12 @@ class SessionStore(ABC):
 
     def mark_extracted(self, key: SessionKey, upto: int) -> None:
         """Move ``extracted_upto`` forward to ``upto`` (never back), retrying when another
-        writer changes the state at the same time."""
+        writer changes the state at the same time. A session shorter than ``upto`` was
+        cleared or forgotten meanwhile: its mark is not written, so a forgotten session is
+        never brought back as an empty one."""
         for _ in range(_MARK_RETRIES):
             state = self.state(key)
-            if state.extracted_upto >= upto:
+            if state.extracted_upto >= upto or self.length(key) < upto:
                 return
             try:
                 self.save_state(key, state.model_copy(update={"extracted_upto": upto}))
