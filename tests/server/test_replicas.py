@@ -319,11 +319,6 @@ def _load(deployment: Deployment, seconds: float, kills: int) -> Acked:
     return acked
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (issue 15): in 1 of 4 suite runs one extracted fact was stored twice "
-    "while replicas were killed under load; acknowledged writes and turns were never lost",
-)
 def test_no_acknowledged_write_is_lost_or_doubled_while_replicas_die(
     tmp_path: Path, postgres_uri: str, pg_schema: str
 ) -> None:
@@ -351,8 +346,13 @@ def test_no_acknowledged_write_is_lost_or_doubled_while_replicas_die(
     print(f"\nreplicas: {len(acked.memories)} adds and {sum(map(len, acked.turns.values()))}"
           f" turns acknowledged, {acked.refused} refused while a replica was down;"
           f" {len(ids)} memories, {states.get('done', 0)} batches done")  # fmt: skip
-    assert lost == [] and doubled == []
-    assert turns_lost == [] and turns_doubled == []
+    assert lost == [] and turns_lost == []
+    assert turns_doubled == []
+    if doubled:
+        # Known bug, open in issue 15: in 1 of 4 full-suite runs one extracted fact was
+        # stored twice while replicas were killed. Nothing acknowledged was lost (asserted
+        # above); this keeps the test running and visible until the cause is fixed.
+        pytest.xfail(f"known bug (issue 15): stored twice: {doubled}")
 
 
 def _session_check(deployment: Deployment, acked: Acked) -> tuple[list[str], list[str]]:
