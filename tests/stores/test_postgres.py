@@ -26,7 +26,7 @@ from chatmem.errors import (
 )
 from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord, Vector
 from chatmem.stores import Change, SearchQuery, open_store
-from tests.stores.conftest import POSTGRES_ENV, drop_schema, postgres_server
+from tests.pg_server import POSTGRES_ENV, drop_schema, postgres_server
 from tests.stores.helpers import record, unit_vector
 
 pytest.importorskip("psycopg")
