@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from chatmem import __version__
 from chatmem.cli import app, short_ids
+from chatmem.version import __version__
 
 Cli = Callable[..., Result]
 

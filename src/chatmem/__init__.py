@@ -65,6 +65,7 @@ from chatmem.sessions import (
 from chatmem.short_term import OverflowPolicy, ShortTermMemory
 from chatmem.stores import MemoryStore, open_store
 from chatmem.tokens import TokenCounter
+from chatmem.version import __version__
 from chatmem.worker import (
     ExtractionScheduler,
     InMemoryOutbox,
@@ -74,8 +75,6 @@ from chatmem.worker import (
     Worker,
 )
 from chatmem.write_policy import WriteConfig, WritePolicy, WriteReport
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AccessControl",

@@ -35,7 +35,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from chatmem import __version__, maintenance_cli
+from chatmem import maintenance_cli
 from chatmem import retrieval as retrieval_
 from chatmem.embeddings import Embedder, LocalEmbedder
 from chatmem.errors import (
@@ -50,6 +50,7 @@ from chatmem.mcp.cli import mcp as mcp_command
 from chatmem.records import Filter, MemoryRecord, MemoryType, Vector
 from chatmem.stores import ENV_VAR as STORE_ENV
 from chatmem.stores import check_store_uri, default_store_uri
+from chatmem.version import __version__
 
 if TYPE_CHECKING:
     from chatmem.server.config import ServiceConfig

@@ -43,6 +43,7 @@ from chatmem.errors import (
     StoreUnavailableError,
     ValidationError,
 )
+from chatmem.version import __version__
 
 logger = logging.getLogger("chatmem.client")
 
@@ -172,7 +173,7 @@ def answer(call: Call[R], response: httpx.Response) -> R:
     except (ValueError, KeyError, TypeError, pydantic.ValidationError) as exc:
         raise StoreError(
             f"{call.method} {call.path}: the service's answer is not what this client reads "
-            f"(is it chatmem {_version()}?): {exc}"
+            f"(is it chatmem {__version__}?): {exc}"
         ) from exc
 
 
@@ -185,16 +186,10 @@ def headers_for(base: Mapping[str, str], call: Call[Any], tenant_id: str | None)
 
 
 def base_headers(api_key: str | None) -> dict[str, str]:
-    headers = {"User-Agent": f"chatmem-client/{_version()}"}
+    headers = {"User-Agent": f"chatmem-client/{__version__}"}
     if api_key is not None:
         headers["Authorization"] = f"Bearer {api_key}"
     return headers
-
-
-def _version() -> str:
-    import chatmem  # not at import: chatmem's own __init__ imports this module
-
-    return chatmem.__version__
 
 
 Content = Iterable[bytes] | AsyncIterable[bytes] | None

@@ -36,7 +36,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "chatmem's MCP server needs the mcp package: pip install 'chatmem[mcp]'"
     ) from exc
 
-from chatmem import __version__
+from chatmem.version import __version__
 from chatmem.errors import ChatmemError, ConflictError, NotFoundError, StoreError, ValidationError
 from chatmem.long_term import LongTermMemory
 from chatmem.server.auth import Reader

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from chatmem import __version__
+from chatmem.version import __version__
 from chatmem.errors import (
     ChatmemError,
     ConflictError,

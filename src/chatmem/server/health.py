@@ -32,7 +32,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import start_http_server
 from pydantic import BaseModel
 
-from chatmem import __version__
+from chatmem.version import __version__
 from chatmem.server.app import ApiError, RuntimeDep, key_of, principal_of
 from chatmem.server.auth import Principal
 from chatmem.server.config import MetricsSection, UpstreamSection
