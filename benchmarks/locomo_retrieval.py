@@ -65,6 +65,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+import compare
 from _locomo import (
     CATEGORY_NAMES,
     Conversation,
@@ -726,30 +727,9 @@ def report_tables(systems: dict[str, dict[str, Any]]) -> list[TableSpec]:
     ]
     tables.extend(half_tables(systems))
     for ours in [name for name in systems if name.startswith("chatmem")]:
-        c = systems[ours]
-        ratio_cols = [
-            "baseline",
-            "R@10 diff",
-            "R@10 ratio",
-            "search p50 ratio",
-            "10k p50 ratio",
-            "ingest ratio",
-        ]
-        rows = []
-        for name, s in systems.items():
-            if name.startswith("chatmem"):
-                continue
-            rows.append(
-                [
-                    name,
-                    _diff(c["recall@10"], s["recall@10"]),
-                    _ratio(c["recall@10"], s["recall@10"]),
-                    _ratio(c["search_p50_ms"], s["search_p50_ms"]),
-                    _ratio(c["search_p50_ms_10k"], s["search_p50_ms_10k"]),
-                    _ratio(c["ingest_per_s"], s["ingest_per_s"]),
-                ]
-            )
-        tables.append((f"{ours} against each baseline ({ours} / baseline)", ratio_cols, rows))
+        ratio_cols, rows = compare.rows(systems, ours)
+        title = f"{ours} against each baseline (higher is better for {ours})"
+        tables.append((title, ratio_cols, rows))
     return tables
 
 
@@ -775,14 +755,6 @@ def half_tables(systems: dict[str, dict[str, Any]]) -> list[TableSpec]:
             )
         tables.append((f"Conversations {half} (categories 1-4)", cols, rows))
     return tables
-
-
-def _diff(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None or b == 0 else a / b
 
 
 def print_tables(tables: list[TableSpec]) -> None:

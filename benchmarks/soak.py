@@ -115,6 +115,10 @@ class Sample:
     errors: int
     skipped: int
     by_kind: dict[str, int] = field(default_factory=dict)
+    #: SQLite's heap in the server (``sqlite3_memory_used``, via benchmarks/sqlite_probe.py).
+    sqlite_mib: float = -1.0
+    #: The server's threads, native ones included (/proc).
+    threads: int = 0
 
 
 def free_port() -> int:
@@ -135,6 +139,24 @@ def rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 total_kb += int(line.split()[1])
     return total_kb / 1024
+
+
+def threads_of(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines()
+                 if line.startswith("Threads:")), 0)  # fmt: skip
+
+
+def sqlite_mib(probe: Path) -> float:
+    """SQLite's heap in the server as its probe last wrote it (MiB; -1 when unknown)."""
+    try:
+        used = int(probe.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1.0
+    return used / 2**20 if used >= 0 else -1.0
 
 
 def _children(pid: int) -> list[int]:
@@ -261,7 +283,8 @@ class Load:
 def start_server(port: int, upstream: str, data: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CHATMEM")}
     env.update(XDG_DATA_HOME=str(data), CHATMEM__LOG_LEVEL="warning")
-    command = [sys.executable, "-m", "chatmem.cli", "serve", "--port", str(port)]
+    probe = Path(__file__).resolve().with_name("sqlite_probe.py")
+    command = [sys.executable, str(probe), str(data / "sqlite.probe"), "serve", "--port", str(port)]
     command += ["--upstream", upstream]
     log = open(data / "serve.log", "w")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
@@ -397,9 +420,10 @@ def write(out: Path, figure: Path | None, samples: list[Sample], args: argparse.
     out.with_suffix(".json").write_text(json.dumps(record, indent=1))
     with out.with_suffix(".csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["t_s", "rss_mib", "sent", "errors", "skipped"])
+        writer.writerow(["t_s", "rss_mib", "sqlite_mib", "threads", "sent", "errors", "skipped"])
         for s in samples:
-            writer.writerow([round(s.t_s, 1), round(s.rss_mib, 1), s.sent, s.errors, s.skipped])
+            writer.writerow([round(s.t_s, 1), round(s.rss_mib, 1), round(s.sqlite_mib, 1),
+                             s.threads, s.sent, s.errors, s.skipped])  # fmt: skip
     if figure is not None:
         figure.parent.mkdir(parents=True, exist_ok=True)
         title = f"chatmem serve RSS, {args.rate:g} requests/s, messages up to {args.message_kb} KB"
@@ -409,13 +433,20 @@ def write(out: Path, figure: Path | None, samples: list[Sample], args: argparse.
 
 
 async def sample_loop(pid: int, load: Load, began: float, until: float, every: float,
-                      on_sample: Any) -> None:  # fmt: skip
+                      on_sample: Any, probe: Path) -> None:  # fmt: skip
     samples: list[Sample] = []
     while True:
         now = time.monotonic()
         samples.append(
             Sample(
-                now - began, rss_mib(pid), load.sent, load.errors, load.skipped, dict(load.by_kind)
+                now - began,
+                rss_mib(pid),
+                load.sent,
+                load.errors,
+                load.skipped,
+                dict(load.by_kind),
+                sqlite_mib(probe),
+                threads_of(pid),
             )  # fmt: skip
         )
         on_sample(samples)
@@ -441,13 +472,14 @@ async def main_async(args: argparse.Namespace) -> None:
 
             def on_sample(samples: list[Sample]) -> None:
                 last = samples[-1]
-                print(f"{last.t_s / 60:6.1f} min  RSS {last.rss_mib:7.1f} MiB  sent {last.sent}"
+                print(f"{last.t_s / 60:6.1f} min  RSS {last.rss_mib:7.1f} MiB  SQLite "
+                      f"{last.sqlite_mib:6.1f} MiB  threads {last.threads}  sent {last.sent}"
                       f"  errors {last.errors}  skipped {last.skipped}", flush=True)  # fmt: skip
                 write(out, figure, samples, args, load, final=last.t_s >= args.minutes * 60)
 
             await asyncio.gather(
                 load.run(until), sample_loop(server.pid, load, began, until, args.sample_s,
-                                             on_sample),
+                                             on_sample, Path(tmp) / "sqlite.probe"),
             )  # fmt: skip
         finally:
             server.send_signal(signal.SIGTERM)

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import compare
+
 CATEGORIES = {
     "1": "multi-hop",
     "2": "temporal",
@@ -94,32 +96,19 @@ def speed_table(systems: dict[str, dict[str, Any]]) -> str:
 
 
 def ratio_table(systems: dict[str, dict[str, Any]]) -> str:
-    ours = systems["chatmem"]
-    header = [
-        "chatmem vs",
-        "R@10 difference",
-        "R@10 ratio",
-        "search p50 (x faster)",
-        "10k p50 (x faster)",
-        "10k p95 (x faster)",
-        "add p50 (x faster)",
+    header, rows = compare.rows(systems, "chatmem")
+    cells = [
+        [row[0]]
+        + [_signed(column, value) for column, value in zip(header[1:], row[1:], strict=True)]
+        for row in rows
     ]
-    rows = []
-    for name, s in systems.items():
-        if name == "chatmem":
-            continue
-        rows.append(
-            [
-                name,
-                f"{ours['recall@10'] - s['recall@10']:+.3f}",
-                f"{ours['recall@10'] / s['recall@10']:.2f}",
-                f"{s['search_p50_ms'] / ours['search_p50_ms']:.2f}",
-                f"{s['search_p50_ms_10k'] / ours['search_p50_ms_10k']:.2f}",
-                f"{s['search_p95_ms_10k'] / ours['search_p95_ms_10k']:.2f}",
-                f"{s['add_p50_ms'] / ours['add_p50_ms']:.2f}",
-            ]
-        )
-    return _table(header, rows)
+    return _table(["chatmem vs", *header[1:]], cells)
+
+
+def _signed(column: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.3f}" if "difference" in column else f"{value:.2f}"
 
 
 def main() -> None:
