@@ -1,0 +1,425 @@
+"""``LongTermMemory``, the facade of long-term memory (SPEC L2): add, search, get, update,
+forget, history, export and import over one store and one embedder, every call scoped to a
+tenant and, for searches and per-user calls, a user.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import IO, Any, Literal
+
+import pydantic
+
+from chatmem import ranking
+from chatmem import text as textlib
+from chatmem.embeddings import Embedder, LocalEmbedder, embed_query
+from chatmem.errors import NotFoundError, ValidationError
+from chatmem.long_term import jsonl
+from chatmem.long_term.inputs import MessageLike, heard_messages, message_items
+from chatmem.long_term.jsonl import OnConflict
+from chatmem.long_term.message_records import AddOptions, call_records, expiring
+from chatmem.long_term.session_tails import SessionTails, turn_spoken
+from chatmem.records import (
+    Content,
+    EmbeddingInfo,
+    Entry,
+    Filter,
+    HistoryEntry,
+    MemoryMetadata,
+    MemoryRecord,
+    MemoryType,
+    Page,
+    SearchResult,
+    utcnow,
+    validation_error,
+)
+from chatmem.stores import MemoryStore, open_store
+from chatmem.stores.base import Change, SearchQuery, Usage
+
+#: How many messages before and after a message give it its context.
+DEFAULT_CONTEXT_WINDOW = 1
+#: Threads that embed search queries while stores read (searches of several threads at once).
+EMBEDDING_THREADS = 4
+
+
+class LongTermMemory:
+    """The long-term memory of many tenants and users in one store.
+
+    Every operation is scoped to a tenant (``"default"`` unless given) and, for searches
+    and per-user operations, to a user: nothing crosses either boundary.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder,
+        *,
+        ranking_config: ranking.RankingConfig = ranking.DEFAULT_RANKING,
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.ranking = ranking_config
+        self.context_window = context_window
+        self._embedding = EmbeddingInfo(model=embedder.model, dimension=embedder.dimension)
+        store.bind_embedding(self._embedding)
+        self._embedder_threads: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._tails = SessionTails(store)
+
+    @classmethod
+    def open(
+        cls, uri: str | None = None, *, embedder: Embedder | None = None, **options: Any
+    ) -> LongTermMemory:
+        """Open the store at ``uri`` (see ``chatmem.stores``) with the local embedder."""
+        store = open_store(uri)
+        try:
+            return cls(store, embedder or LocalEmbedder(), **options)
+        except BaseException:  # boundary: close what we opened, then re-raise
+            store.close()
+            raise
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def add(
+        self,
+        messages: MessageLike | Sequence[MessageLike],
+        *,
+        user_id: str,
+        tenant_id: str = "default",
+        agent_id: str | None = None,
+        project_id: str | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        type: MemoryType | None = None,
+        importance: float | None = None,
+        tags: Sequence[str] | None = None,
+        allowed_roles: Sequence[str] | None = None,
+        expires_at: datetime | None = None,
+    ) -> list[MemoryRecord]:
+        """Store a text, or each message of a chat, as raw memories; returns the records.
+        ``allowed_roles`` restricts who may read them (L7), from the first moment they exist.
+        ``expires_at`` is their TTL (``TimeInfo.expires_at``): no read returns them after it.
+
+        A plain text becomes a semantic memory; chat messages become episodic memories, one
+        per message, each indexed with its speaker, the day it was said and its neighbouring
+        messages as context. The call's memories are one atomic write.
+
+        With a ``session_id``, the session's turns already stored (the latest ones said at or
+        before the first new message, with the same ``allowed_roles``) are the first
+        messages' earlier context, so a chat added one message at a time is indexed as one
+        added whole. The stored turn just before then gets the new messages as its ``after``
+        context, if it has none yet: a new version in a second write (its text, vector and
+        times unchanged; history reason ``NEXT_TURN_REASON``), skipped if a concurrent
+        writer changed or deleted it first.
+
+        A chat message with no text (an assistant's tool call, an image) is skipped, never
+        refused, and its tool calls are kept; what is refused is in ``long_term.inputs``. A
+        text longer than ``MAX_TEXT_CHARS`` is stored as several memories, its parts
+        (``long_term.message_records``).
+        """
+        items = message_items(messages)
+        owner = _owner(tenant_id, user_id, agent_id, project_id, session_id)
+        access = {"allowed_roles": sorted(set(allowed_roles))} if allowed_roles else None
+        heard = heard_messages(items)
+        options = AddOptions(
+            owner, metadata, type, {"importance": importance, "tags": tags}, access
+        )
+        window = self.context_window
+        earlier = self._tails.earlier(owner, heard, access, window) if session_id else []
+        records = call_records(heard, options, [turn_spoken(t) for t in earlier], window)
+        stored = self.add_records([expiring(r, expires_at) for r in records])
+        if earlier and stored:
+            self._tails.tell_previous(earlier[-1], heard, window)
+        if session_id and stored:
+            self._tails.remember(owner, access, earlier, stored, window)
+        return stored
+
+    def add_records(self, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+        """Store fully formed records (embedded here) in one atomic write."""
+        if not records:
+            return []
+        vectors = self.embedder.embed([textlib.embedding_text(r) for r in records])
+        stamped = [r.model_copy(update={"embedding": self._embedding}) for r in records]
+        self.store.put([Entry(r, v) for r, v in zip(stamped, vectors, strict=True)])
+        return stamped
+
+    def update(
+        self,
+        memory_id: str,
+        text: str | None = None,
+        *,
+        tenant_id: str = "default",
+        user_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        importance: float | None = None,
+        confidence: float | None = None,
+        tags: Sequence[str] | None = None,
+        reason: str | None = None,
+        structured: Mapping[str, Any] | None = None,
+        allowed_roles: Sequence[str] | None = None,
+        expires_at: datetime | Literal["never"] | None = None,
+    ) -> MemoryRecord:
+        """Change a memory's text and/or fields; its version goes up and history keeps the
+        old one. ``metadata`` keys are merged into the free-form metadata; ``structured``
+        replaces ``content.structured``; ``allowed_roles`` replaces who may read it (SPEC L7;
+        an empty list opens it to every reader of the user); ``expires_at`` sets its TTL
+        (``"never"`` removes it). An expired memory is not found."""
+        old = self.get(memory_id, tenant_id=tenant_id, user_id=user_id)
+        meta_changes = {
+            "importance": importance,
+            "confidence": confidence,
+            "tags": list(tags) if tags is not None else None,
+        }
+        try:
+            meta = MemoryMetadata.model_validate(
+                {
+                    **old.metadata.model_dump(),
+                    **{k: v for k, v in meta_changes.items() if v is not None},
+                    "version": old.metadata.version + 1,
+                }
+            )
+            content = old.content if text is None else Content(raw=text)
+            if structured is not None:
+                content = content.model_copy(update={"structured": dict(structured)})
+            access = old.access_control.model_dump()
+            if allowed_roles is not None:
+                access["allowed_roles"] = sorted(set(allowed_roles))
+        except pydantic.ValidationError as exc:
+            raise validation_error(exc) from None
+        new = MemoryRecord.checked(
+            {
+                **old.model_dump(),
+                "access_control": access,
+                "content": content.model_dump(),
+                "metadata": meta.model_dump(),
+                "time": {**old.time.model_dump(), "updated_at": utcnow(), **_ttl(expires_at)},
+                "user_metadata": {**old.user_metadata, **(metadata or {})},
+            }
+        )
+        vector = None
+        if text is not None and text != old.content.raw:
+            vector = self.embedder.embed([textlib.embedding_text(new)])[0]
+        self.store.update([Change(new, vector, old.metadata.version, reason)])
+        return new
+
+    def delete(
+        self,
+        memory_id: str,
+        *,
+        tenant_id: str = "default",
+        user_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Forget one memory (its history stays). Raises NotFoundError if it is not there."""
+        scope = self._scope(tenant_id, user_id).model_copy(update={"ids": (memory_id,)})
+        if not self.store.delete(scope, reason):
+            raise NotFoundError(memory_id)
+
+    def delete_all(self, scope: Filter, *, reason: str | None = None) -> int:
+        """Forget every memory ``scope`` matches (a user, project, session, tenant …),
+        expired ones included unless ``scope.expired`` is True (only those)."""
+        if scope.expired is False:
+            scope = scope.model_copy(update={"expired": None})
+        return len(self.store.delete(scope, reason))
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        tenant_id: str = "default",
+        k: int = 5,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+        include_superseded: bool = False,
+    ) -> list[SearchResult]:
+        """Hybrid search of one user's memories: the best ``k`` with a fused score of at
+        least ``threshold`` (see ``chatmem.ranking`` for the score).
+
+        Facts that were superseded (``valid_to`` in the past) are left out unless
+        ``include_superseded`` is set or the filter asks for a moment (``valid_at``): what is
+        true now comes first, and what was true before stays answerable (SPEC X3).
+        """
+        if not query or not query.strip():
+            raise ValidationError("query is empty", field="query")
+        if k < 1:
+            raise ValidationError("must be at least 1", field="k")
+        base = filter.model_dump(exclude_none=True) if filter else {}
+        scope = Filter.checked({**base, "tenant_id": tenant_id, "user_id": user_id}, "filter")
+        # The embedding runs in a thread of its own while the store starts on the words.
+        embedding = self._embedding_pool().submit(embed_query, self.embedder, query)
+        candidates = self.store.search(
+            SearchQuery(
+                filter=scope,
+                text=query,
+                candidates=max(self.ranking.candidates, 2 * k),
+                embed=embedding.result,
+            )
+        )
+        current_only = not include_superseded and scope.valid_at is None
+        # Superseded facts are rare; asking for twice as many leaves room to drop them.
+        best = ranking.select(
+            ranking.fuse(candidates, self.ranking), 2 * k if current_only else k, threshold
+        )
+        records = {r.id: r for r in self.store.get([s.id for s in best], scope)}
+        now = utcnow()
+        results = [
+            SearchResult(
+                record=records[s.id],
+                score=s.score,
+                vector_score=s.vector_score,
+                keyword_score=s.keyword_score,
+            )
+            for s in best
+            if s.id in records and not (current_only and _superseded(records[s.id], now))
+        ]
+        return results[:k]
+
+    def get(
+        self,
+        memory_id: str,
+        *,
+        tenant_id: str = "default",
+        user_id: str | None = None,
+        roles: Collection[str] | None = None,
+    ) -> MemoryRecord:
+        """One memory by id (raises NotFoundError if it is not visible in that scope, or
+        to a reader holding ``roles``: see ``Filter.reader_roles``)."""
+        found = self.store.get([memory_id], self._scope(tenant_id, user_id, roles))
+        if not found:
+            raise NotFoundError(memory_id)
+        return found[0]
+
+    def list(self, scope: Filter, *, limit: int = 100, cursor: str | None = None) -> Page:
+        """Memories matching ``scope``, oldest first, a page at a time."""
+        return self.store.list(scope, limit, cursor)
+
+    def count(self, scope: Filter) -> int:
+        """How many memories match ``scope``."""
+        return self.store.count(scope)
+
+    def history(
+        self,
+        memory_id: str,
+        *,
+        tenant_id: str = "default",
+        user_id: str | None = None,
+        roles: Collection[str] | None = None,
+    ) -> builtins.list[HistoryEntry]:
+        """Every version of a memory, oldest first, its deletion included. A memory whose
+        latest version a reader holding ``roles`` may not see is not found for that reader,
+        nor is one any version of which named roles the reader lacks."""
+        scope = self._scope(tenant_id, user_id, roles)
+        entries = self.store.history(memory_id, scope)
+        versions = [r for e in entries for r in (e.old, e.new) if r is not None]
+        if not entries or not all(scope.may_read(r) for r in versions):
+            raise NotFoundError(memory_id)
+        return entries
+
+    def record_access(
+        self, uses: Sequence[Usage], *, user_id: str, tenant_id: str = "default"
+    ) -> builtins.list[str]:
+        """Write uses of a user's memories (access counts, last access, decay scores)
+        without a new version or a history row; returns the ids written, skipping
+        memories that are gone or not that user's."""
+        return self.store.touch(uses, Filter(tenant_id=tenant_id, user_id=user_id))
+
+    # -- export and import ---------------------------------------------------------------------
+
+    def export_jsonl(self, scope: Filter, out: IO[str], *, page_size: int = 500) -> int:
+        """Write every memory ``scope`` matches as JSON lines (record and vector); returns
+        the count. ``import_jsonl`` reads them back exactly."""
+        return jsonl.export_jsonl(self.store, scope, out, page_size)
+
+    def import_jsonl(
+        self,
+        lines: Iterable[str],
+        *,
+        on_conflict: OnConflict = "fail",
+        roles: Collection[str] | None = None,
+    ) -> int:
+        """Read lines written by ``export_jsonl`` and store them atomically: a malformed
+        line raises ImportFormatError and nothing of the file is stored.
+
+        ``on_conflict`` is for a memory whose user already holds its id: ``fail`` (nothing
+        is stored), ``skip`` it, or ``replace`` the stored one (a new version; history keeps
+        the old, and the replacements are a second write). Returns how many memories were
+        stored or replaced.
+
+        An id held by anyone else (another user, or another tenant) is no conflict: the
+        memory is stored as a new one under a new id, and links to it within the import
+        follow it. Which ids others hold is not the importer's to learn, so such a line is
+        answered exactly as a line with an unused id.
+
+        With ``roles`` (an importer holding them, SPEC L7), a memory hidden from those roles
+        counts as held by someone else, and a record that names a role outside them is an
+        ImportFormatError: an import never reads, replaces or writes what its importer may
+        not read."""
+        return jsonl.import_jsonl(
+            self.store, self.embedder, self._embedding, lines, on_conflict, roles
+        )
+
+    def _embedding_pool(self) -> ThreadPoolExecutor:
+        if self._embedder_threads is None:
+            with self._pool_lock:
+                if self._embedder_threads is None:
+                    self._embedder_threads = ThreadPoolExecutor(
+                        EMBEDDING_THREADS, thread_name_prefix="chatmem-embed"
+                    )
+        return self._embedder_threads
+
+    def close(self) -> None:
+        """Close the store (and the query-embedding threads)."""
+        if self._embedder_threads is not None:
+            self._embedder_threads.shutdown(wait=True)
+        self.store.close()
+
+    def __enter__(self) -> LongTermMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _scope(tenant_id: str, user_id: str | None, roles: Collection[str] | None = None) -> Filter:
+        readers = frozenset(roles) if roles is not None else None
+        fields = {"tenant_id": tenant_id, "user_id": user_id, "reader_roles": readers}
+        return Filter.checked(fields, "filter")
+
+
+def _owner(
+    tenant_id: str,
+    user_id: str,
+    agent_id: str | None,
+    project_id: str | None,
+    session_id: str | None,
+) -> dict[str, Any]:
+    """The ids the memories of an ``add`` call belong to, checked first: a bad id is named
+    as itself, not as a field of every message."""
+    owner = {
+        "tenant_id": tenant_id,
+        "user_id": user_id,
+        "agent_id": agent_id,
+        "project_id": project_id,
+        "session_id": session_id,
+    }
+    Filter.checked(owner)
+    return owner
+
+
+def _ttl(expires_at: datetime | Literal["never"] | None) -> dict[str, datetime | None]:
+    """The ``time`` fields an update's ``expires_at`` changes."""
+    if expires_at is None:
+        return {}
+    return {"expires_at": None if expires_at == "never" else expires_at}
+
+
+def _superseded(record: MemoryRecord, now: datetime) -> bool:
+    return record.time.valid_to is not None and record.time.valid_to <= now
