@@ -10,8 +10,9 @@ from typing import Any
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel
 
-from chatmem.mcp.server import Caller, CallerOf, MemoryServer
-from chatmem.mcp.tools import History, MemoryView
+from chatmem.mcp.boundary import MemoryServer
+from chatmem.mcp.caller import Caller, CallerOf
+from chatmem.mcp.views import History, MemoryView
 from chatmem.records import MemoryRecord, MemoryType, utcnow
 
 PROFILE_URI = "chatmem://users/{user_id}/profile"

@@ -5,42 +5,23 @@ asks ``caller_of(ctx)`` who is calling (a ``Caller``: the memory, the reader's t
 roles, the default user and the recall limits). Over stdio the caller is fixed
 (``server_for``); over HTTP it comes from the request's bearer key (``chatmem.mcp.http``).
 
-chatmem's errors are translated at one boundary, ``MemoryServer``: a bad argument or an
-unknown id becomes a tool error the model can read (naming the argument), never a crash.
+chatmem's errors are translated at one boundary, ``MemoryServer`` (``chatmem.mcp.boundary``):
+a bad argument or an unknown id becomes a tool error the model can read (naming the
+argument), never a crash. ``Caller`` lives in ``chatmem.mcp.caller``; both are named here too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
-import pydantic
-
-try:
-    from mcp.server.lowlevel.helper_types import ReadResourceContents
-    from mcp.server.mcpserver import Context, MCPServer
-    from mcp.server.mcpserver.exceptions import (
-        ResourceError,
-        ResourceNotFoundError,
-        ToolError,
-        UnexpectedResourceError,
-        UnexpectedToolError,
-    )
-    from mcp_types import CallToolResult, InputRequiredResult
-    from pydantic.networks import AnyUrl
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    from chatmem.errors import ConfigError
-
-    raise ConfigError(
-        "chatmem's MCP server needs the mcp package: pip install 'chatmem[mcp]'"
-    ) from exc
-
-from chatmem.version import __version__
-from chatmem.errors import ChatmemError, ConflictError, NotFoundError, StoreError, ValidationError
 from chatmem.long_term import LongTermMemory
+from chatmem.mcp.boundary import MemoryServer, argument_errors, explain
+from chatmem.mcp.caller import Caller, CallerOf
+from chatmem.mcp.resources import register as register_resources
+from chatmem.mcp.tools import register as register_tools
 from chatmem.server.auth import Reader
-from chatmem.tokens import TokenCounter, default_counter
+from chatmem.version import __version__
 
 #: What the server tells a client's model about itself (sent once, at connection).
 INSTRUCTIONS = """\
@@ -54,97 +35,8 @@ forget. Memory ids come from `recall`, `list` and `remember`. Every tool acts fo
 the configured default user unless you pass `user_id`."""
 
 
-@dataclass(frozen=True)
-class Caller:
-    """Who a tool call acts for: ``memory`` read through ``reader`` (tenant and roles:
-    ``Filter.reader_roles``), ``user_id`` the user a call names none, and the limits of
-    recall and get_context (``k``, ``threshold`` on the relevance, ``budget_tokens``)."""
-
-    memory: LongTermMemory
-    reader: Reader
-    user_id: str | None = None
-    k: int = 5
-    threshold: float = 0.6
-    budget_tokens: int = 1000
-    counter: TokenCounter = field(default_factory=default_counter)
-
-    def user(self, named: str | None) -> str:
-        """The user a call acts for: ``named``, else the default; a ValidationError naming
-        ``user_id`` when there is neither."""
-        user = named or self.user_id
-        if not user:
-            raise ValidationError(
-                "is required: no default user is configured (start chatmem mcp with --user, "
-                "or send the X-Chatmem-User header)",
-                field="user_id",
-            )
-        return user
-
-
-CallerOf = Callable[[Context[Any, Any]], Caller]
-
-
-class MemoryServer(MCPServer[Any]):
-    """``MCPServer`` with chatmem's error boundary: chatmem's errors and argument
-    validation become tool errors that name the argument; a crash stays a crash."""
-
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
-    ) -> CallToolResult | InputRequiredResult:
-        try:
-            return await super().call_tool(name, arguments, context)
-        except ToolError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, pydantic.ValidationError):
-                raise ToolError(f"{name}: invalid arguments: {argument_errors(cause)}") from cause
-            if isinstance(exc, UnexpectedToolError) and isinstance(cause, ChatmemError):
-                raise ToolError(f"{name}: {explain(cause)}") from cause
-            raise
-
-    async def read_resource(
-        self, uri: AnyUrl | str, context: Context[Any, Any] | None = None
-    ) -> Iterable[ReadResourceContents] | InputRequiredResult:
-        try:
-            return await super().read_resource(uri, context)
-        except UnexpectedResourceError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, NotFoundError):
-                raise ResourceNotFoundError(explain(cause)) from cause
-            if isinstance(cause, ChatmemError):
-                raise ResourceError(explain(cause)) from cause
-            raise
-
-
-def argument_errors(error: pydantic.ValidationError) -> str:
-    """Each invalid argument, named: ``k: Input should be less than or equal to 100``."""
-    parts = []
-    for problem in error.errors():
-        where = ".".join(str(part) for part in problem["loc"]) or "arguments"
-        parts.append(f"{where}: {problem['msg']}")
-    return "; ".join(parts)
-
-
-def explain(error: ChatmemError) -> str:
-    """A chatmem error as a model should read it."""
-    if isinstance(error, ValidationError):
-        where = (error.field or "").removeprefix("filter.").removeprefix("messages[0].")
-        return f"{where}: {error.message}" if where else error.message
-    if isinstance(error, NotFoundError):
-        # The same words whether the id is unknown, another user's or tenant's, or hidden
-        # by roles: which of them is not the caller's to learn.
-        return f"memory_id: no memory {error.memory_id!r} is visible to you"
-    if isinstance(error, ConflictError):
-        return "another update of this memory won; read it again and retry"
-    if isinstance(error, StoreError):
-        return f"the memory store is unavailable: {error}"
-    return str(error)
-
-
 def create_server(caller_of: CallerOf, *, name: str = "chatmem") -> MemoryServer:
     """The MCP server whose tools and resources act for ``caller_of(ctx)``."""
-    from chatmem.mcp.resources import register as register_resources
-    from chatmem.mcp.tools import register as register_tools
-
     server = MemoryServer(
         name,
         title="chatmem memory",

@@ -7,8 +7,9 @@ a memory restricted to roles the caller lacks is never found, followed, listed o
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, NamedTuple
 
 from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
@@ -16,15 +17,20 @@ from pydantic import BaseModel, Field
 
 from chatmem import retrieval
 from chatmem.errors import ValidationError
-from chatmem.mcp.server import Caller, CallerOf, MemoryServer
-from chatmem.records import (
-    MAX_TEXT_CHARS,
-    HistoryEntry,
-    MemoryRecord,
-    MemoryType,
-    SearchResult,
-    utcnow,
+from chatmem.mcp.boundary import MemoryServer
+from chatmem.mcp.caller import Caller, CallerOf
+from chatmem.mcp.views import (
+    ContextBlock,
+    Forgotten,
+    History,
+    MemoryList,
+    MemoryView,
+    Reasons,
+    Recalled,
+    RecallResult,
+    Remembered,
 )
+from chatmem.records import MAX_TEXT_CHARS, MemoryRecord, MemoryType, SearchResult, utcnow
 from chatmem.tokens import message_tokens
 
 #: Most memories one recall, get_context or list call returns.
@@ -61,135 +67,25 @@ Importance = Annotated[
 ]
 
 
-# -- what the tools return ---------------------------------------------------------------------
-
-
-class MemoryView(BaseModel):
-    """One memory as a model needs it (the full record is the memory resource)."""
-
-    id: str
-    text: str
-    type: MemoryType
-    user_id: str
-    project_id: str | None = None
-    session_id: str | None = None
-    tags: list[str] = Field(default_factory=list)
-    importance: float
-    confidence: float
-    version: int
-    created_at: datetime
-    updated_at: datetime
-    valid_from: datetime | None = None
-    valid_to: datetime | None = None
-    allowed_roles: list[str] = Field(default_factory=list)
-
-    @classmethod
-    def of(cls, record: MemoryRecord) -> MemoryView:
-        return cls(
-            id=record.id,
-            text=record.content.raw,
-            type=record.type,
-            user_id=record.user_id,
-            project_id=record.project_id,
-            session_id=record.session_id,
-            tags=record.metadata.tags,
-            importance=record.metadata.importance,
-            confidence=record.metadata.confidence,
-            version=record.metadata.version,
-            created_at=record.time.created_at,
-            updated_at=record.time.updated_at,
-            valid_from=record.time.valid_from,
-            valid_to=record.time.valid_to,
-            allowed_roles=record.access_control.allowed_roles,
-        )
-
-
-class Reasons(BaseModel):
-    """Why a memory was recalled: the parts of its score."""
-
-    cosine: float | None = Field(description="Similarity of meaning to the query, -1 to 1.")
-    bm25: float | None = Field(description="Keyword match (BM25); null when no query word matched.")
-    fused: float = Field(description="The hybrid score: 0.6 x cosine + 0.4 x relative BM25.")
-    relevance: float = Field(description="fused relative to the best match; the threshold's scale.")
-    recency: float = Field(description="0.5 ** (age / 30 days).")
-    importance: float
-    why: str = Field(description="The reasons in words.")
-
-
-class Recalled(BaseModel):
-    memory: MemoryView
-    score: float = Field(description="0.7 relevance + 0.15 recency + 0.15 importance.")
-    reasons: Reasons
-
-
-class RecallResult(BaseModel):
-    user_id: str
-    results: list[Recalled]
-
-
-class ContextBlock(BaseModel):
-    context: str = Field(description="The block to put in your prompt; empty when none fits.")
-    tokens: int = Field(description="Tokens the block costs as a system message.")
-    memory_ids: list[str] = Field(description="The memories in the block, in its order.")
-    left_out: int = Field(description="Memories found that did not fit the budget.")
-
-
-class Remembered(BaseModel):
-    memories: list[MemoryView]
-
-
-class Forgotten(BaseModel):
-    deleted: int
-
-
-class MemoryList(BaseModel):
-    memories: list[MemoryView]
-    next_cursor: str | None = Field(description="Pass it as cursor for the next page; null: done.")
-
-
-class Change(BaseModel):
-    version: int
-    event: str
-    at: datetime
-    reason: str | None = None
-    text_before: str | None = None
-    text_after: str | None = None
-
-
-class History(BaseModel):
-    memory_id: str
-    changes: list[Change]
-
-    @classmethod
-    def of(cls, memory_id: str, entries: list[HistoryEntry]) -> History:
-        changes = [
-            Change(
-                version=e.version,
-                event=e.event.value,
-                at=e.at,
-                reason=e.reason,
-                text_before=e.old.content.raw if e.old is not None else None,
-                text_after=e.new.content.raw if e.new is not None else None,
-            )
-            for e in entries
-        ]
-        return cls(memory_id=memory_id, changes=changes)
-
-
 # -- the work, one plain function a tool --------------------------------------------------------
 
 
 def remember(
     caller: Caller,
-    text: str,
+    text: Annotated[Text, Field(description="The fact to keep, self-contained.")],
     *,
-    user_id: str | None = None,
-    type: MemoryType | None = None,
-    importance: float | None = None,
-    tags: list[str] | None = None,
-    project_id: str | None = None,
-    session_id: str | None = None,
-    allowed_roles: list[str] | None = None,
+    user_id: UserId = None,
+    type: Annotated[
+        MemoryType | None, Field(description="The kind of memory (default semantic).")
+    ] = None,
+    importance: Importance = None,
+    tags: Tags = None,
+    project_id: ProjectId = None,
+    session_id: SessionId = None,
+    allowed_roles: Annotated[
+        list[Id] | None,
+        Field(max_length=64, description="Only callers holding one of these roles see it."),
+    ] = None,
 ) -> Remembered:
     caller.reader.check_grant(allowed_roles)
     try:
@@ -214,15 +110,21 @@ def remember(
 
 def recall(
     caller: Caller,
-    query: str,
+    query: Query,
     *,
-    user_id: str | None = None,
-    k: int | None = None,
-    threshold: float | None = None,
-    types: list[MemoryType] | None = None,
-    project_id: str | None = None,
-    session_id: str | None = None,
-    include_superseded: bool = False,
+    user_id: UserId = None,
+    k: Annotated[Count | None, Field(description="Most results (5).")] = None,
+    threshold: Annotated[
+        Unit | None, Field(description="Least relevance, 0 to 1 (0.6); 0 returns the best k.")
+    ] = None,
+    types: Annotated[
+        list[MemoryType] | None, Field(min_length=1, description="Only these kinds.")
+    ] = None,
+    project_id: ProjectId = None,
+    session_id: SessionId = None,
+    include_superseded: Annotated[
+        bool, Field(description="Also facts that are no longer true.")
+    ] = False,
 ) -> RecallResult:
     """``retrieval.search``'s steps (hybrid search, then the rerank), keeping the store's
     cosine and BM25 of each memory for its reasons."""
@@ -272,12 +174,14 @@ def _recalled(memory: retrieval.RetrievedMemory, found: SearchResult) -> Recalle
 
 def get_context(
     caller: Caller,
-    query: str,
+    query: Query,
     *,
-    user_id: str | None = None,
-    max_tokens: int | None = None,
-    k: int | None = None,
-    project_id: str | None = None,
+    user_id: UserId = None,
+    max_tokens: Annotated[
+        Budget | None, Field(description="Token budget of the block (1000).")
+    ] = None,
+    k: Annotated[Count | None, Field(description="Most memories (5).")] = None,
+    project_id: ProjectId = None,
 ) -> ContextBlock:
     """Search, follow links, pack (``retrieval``'s steps 3-5): the block the chat proxy
     would inject for ``query``, within ``max_tokens``."""
@@ -316,11 +220,13 @@ ForgetScope = Literal["user", "session", "project"]
 def forget(
     caller: Caller,
     *,
-    memory_id: str | None = None,
-    scope: ForgetScope | None = None,
-    user_id: str | None = None,
-    session_id: str | None = None,
-    project_id: str | None = None,
+    memory_id: Annotated[Id | None, Field(description="The memory to delete.")] = None,
+    scope: Annotated[
+        ForgetScope | None, Field(description="Delete a whole user, session or project.")
+    ] = None,
+    user_id: UserId = None,
+    session_id: Annotated[Id | None, Field(description="For scope session.")] = None,
+    project_id: Annotated[Id | None, Field(description="For scope project.")] = None,
 ) -> Forgotten:
     user = caller.user(user_id)
     if (memory_id is None) == (scope is None):
@@ -349,12 +255,12 @@ def _needed(value: str | None, name: str, scope: str) -> str:
 def list_memories(
     caller: Caller,
     *,
-    user_id: str | None = None,
-    type: MemoryType | None = None,
-    project_id: str | None = None,
-    session_id: str | None = None,
-    limit: int = 20,
-    cursor: str | None = None,
+    user_id: UserId = None,
+    type: Annotated[MemoryType | None, Field(description="Only this kind.")] = None,
+    project_id: ProjectId = None,
+    session_id: SessionId = None,
+    limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Page size.")] = 20,
+    cursor: Annotated[Cursor | None, Field(description="next_cursor of the last page.")] = None,
 ) -> MemoryList:
     scope = caller.reader.filter(
         user_id=caller.user(user_id),
@@ -368,7 +274,7 @@ def list_memories(
     )
 
 
-def history(caller: Caller, memory_id: str, *, user_id: str | None = None) -> History:
+def history(caller: Caller, memory_id: Id, *, user_id: UserId = None) -> History:
     entries = caller.memory.history(
         memory_id,
         tenant_id=caller.reader.tenant_id,
@@ -380,13 +286,16 @@ def history(caller: Caller, memory_id: str, *, user_id: str | None = None) -> Hi
 
 def update(
     caller: Caller,
-    memory_id: str,
+    memory_id: Id,
     *,
-    text: str | None = None,
-    importance: float | None = None,
-    tags: list[str] | None = None,
-    reason: str | None = None,
-    user_id: str | None = None,
+    text: Annotated[Text | None, Field(description="The corrected text.")] = None,
+    importance: Importance = None,
+    tags: Tags = None,
+    reason: Annotated[
+        Annotated[str, Field(max_length=1000)] | None,
+        Field(description="Why it changed (kept in history)."),
+    ] = None,
+    user_id: UserId = None,
 ) -> MemoryView:
     if text is None and importance is None and tags is None:
         raise ValidationError("nothing to update: give text, importance or tags", field="text")
@@ -485,153 +394,58 @@ it over remembering a contradicting fact. Get memory_id from recall or list. Ret
 updated memory."""
 
 
+class ToolSpec(NamedTuple):
+    """One tool: its name, the plain function that does its work (whose parameters after
+    the caller, with their annotations, are the tool's arguments and schema), the text the
+    model reads and its hints."""
+
+    name: str
+    work: Callable[..., BaseModel]
+    description: str
+    annotations: ToolAnnotations
+
+
+#: The tools, in the order a client lists them.
+TOOLS = (
+    ToolSpec("remember", remember, REMEMBER, WRITES),
+    ToolSpec("recall", recall, RECALL, READ_ONLY),
+    ToolSpec("get_context", get_context, GET_CONTEXT, READ_ONLY),
+    ToolSpec("forget", forget, FORGET, DELETES),
+    ToolSpec("list", list_memories, LIST, READ_ONLY),
+    ToolSpec("history", history, HISTORY, READ_ONLY),
+    ToolSpec("update", update, UPDATE, WRITES),
+)
+
+
+def as_tool(spec: ToolSpec, caller_of: CallerOf) -> Callable[..., BaseModel]:
+    """``spec.work`` as the SDK calls a tool: a ``ctx`` in place of the caller (whom
+    ``caller_of`` finds from it), then the work's own parameters, which make the schema."""
+
+    def tool(ctx: Context[Any, Any], **arguments: Any) -> BaseModel:
+        return spec.work(caller_of(ctx), **arguments)
+
+    signature = inspect.signature(spec.work, eval_str=True)
+    keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    context = inspect.Parameter("ctx", keyword, annotation=Context[Any, Any])
+    rest = [p.replace(kind=keyword) for p in list(signature.parameters.values())[1:]]
+    tool.__signature__ = signature.replace(parameters=[context, *rest])  # type: ignore[attr-defined]
+    tool.__annotations__ = {p.name: p.annotation for p in [context, *rest]}
+    tool.__annotations__["return"] = signature.return_annotation
+    tool.__name__ = tool.__qualname__ = f"{spec.name}_tool"  # names the schema's models
+    return tool
+
+
 def register(server: MemoryServer, caller_of: CallerOf) -> None:
     """Add the tools to ``server``, each acting for ``caller_of(ctx)``."""
-
-    @server.tool(name="remember", description=REMEMBER, annotations=WRITES)
-    def remember_tool(
-        ctx: Context[Any, Any],
-        text: Annotated[Text, Field(description="The fact to keep, self-contained.")],
-        user_id: UserId = None,
-        type: Annotated[
-            MemoryType | None, Field(description="The kind of memory (default semantic).")
-        ] = None,
-        importance: Importance = None,
-        tags: Tags = None,
-        project_id: ProjectId = None,
-        session_id: SessionId = None,
-        allowed_roles: Annotated[
-            list[Id] | None,
-            Field(max_length=64, description="Only callers holding one of these roles see it."),
-        ] = None,
-    ) -> Remembered:
-        return remember(
-            caller_of(ctx),
-            text,
-            user_id=user_id,
-            type=type,
-            importance=importance,
-            tags=tags,
-            project_id=project_id,
-            session_id=session_id,
-            allowed_roles=allowed_roles,
+    for spec in TOOLS:
+        add = server.tool(
+            name=spec.name, description=spec.description, annotations=spec.annotations
         )
-
-    @server.tool(name="recall", description=RECALL, annotations=READ_ONLY)
-    def recall_tool(
-        ctx: Context[Any, Any],
-        query: Query,
-        user_id: UserId = None,
-        k: Annotated[Count | None, Field(description="Most results (5).")] = None,
-        threshold: Annotated[
-            Unit | None, Field(description="Least relevance, 0 to 1 (0.6); 0 returns the best k.")
-        ] = None,
-        types: Annotated[
-            list[MemoryType] | None, Field(min_length=1, description="Only these kinds.")
-        ] = None,
-        project_id: ProjectId = None,
-        session_id: SessionId = None,
-        include_superseded: Annotated[
-            bool, Field(description="Also facts that are no longer true.")
-        ] = False,
-    ) -> RecallResult:
-        return recall(
-            caller_of(ctx),
-            query,
-            user_id=user_id,
-            k=k,
-            threshold=threshold,
-            types=types,
-            project_id=project_id,
-            session_id=session_id,
-            include_superseded=include_superseded,
-        )
-
-    @server.tool(name="get_context", description=GET_CONTEXT, annotations=READ_ONLY)
-    def get_context_tool(
-        ctx: Context[Any, Any],
-        query: Query,
-        user_id: UserId = None,
-        max_tokens: Annotated[
-            Budget | None, Field(description="Token budget of the block (1000).")
-        ] = None,
-        k: Annotated[Count | None, Field(description="Most memories (5).")] = None,
-        project_id: ProjectId = None,
-    ) -> ContextBlock:
-        return get_context(
-            caller_of(ctx), query, user_id=user_id, max_tokens=max_tokens, k=k,
-            project_id=project_id,
-        )  # fmt: skip
-
-    @server.tool(name="forget", description=FORGET, annotations=DELETES)
-    def forget_tool(
-        ctx: Context[Any, Any],
-        memory_id: Annotated[Id | None, Field(description="The memory to delete.")] = None,
-        scope: Annotated[
-            ForgetScope | None, Field(description="Delete a whole user, session or project.")
-        ] = None,
-        user_id: UserId = None,
-        session_id: Annotated[Id | None, Field(description="For scope session.")] = None,
-        project_id: Annotated[Id | None, Field(description="For scope project.")] = None,
-    ) -> Forgotten:
-        return forget(
-            caller_of(ctx),
-            memory_id=memory_id,
-            scope=scope,
-            user_id=user_id,
-            session_id=session_id,
-            project_id=project_id,
-        )
-
-    @server.tool(name="list", description=LIST, annotations=READ_ONLY)
-    def list_tool(
-        ctx: Context[Any, Any],
-        user_id: UserId = None,
-        type: Annotated[MemoryType | None, Field(description="Only this kind.")] = None,
-        project_id: ProjectId = None,
-        session_id: SessionId = None,
-        limit: Annotated[int, Field(ge=1, le=MAX_LIST, description="Page size.")] = 20,
-        cursor: Annotated[Cursor | None, Field(description="next_cursor of the last page.")] = None,
-    ) -> MemoryList:
-        return list_memories(
-            caller_of(ctx),
-            user_id=user_id,
-            type=type,
-            project_id=project_id,
-            session_id=session_id,
-            limit=limit,
-            cursor=cursor,
-        )
-
-    @server.tool(name="history", description=HISTORY, annotations=READ_ONLY)
-    def history_tool(ctx: Context[Any, Any], memory_id: Id, user_id: UserId = None) -> History:
-        return history(caller_of(ctx), memory_id, user_id=user_id)
-
-    @server.tool(name="update", description=UPDATE, annotations=WRITES)
-    def update_tool(
-        ctx: Context[Any, Any],
-        memory_id: Id,
-        text: Annotated[Text | None, Field(description="The corrected text.")] = None,
-        importance: Importance = None,
-        tags: Tags = None,
-        reason: Annotated[
-            Annotated[str, Field(max_length=1000)] | None,
-            Field(description="Why it changed (kept in history)."),
-        ] = None,
-        user_id: UserId = None,
-    ) -> MemoryView:
-        return update(
-            caller_of(ctx),
-            memory_id,
-            text=text,
-            importance=importance,
-            tags=tags,
-            reason=reason,
-            user_id=user_id,
-        )
+        add(as_tool(spec, caller_of))
 
 
 __all__ = [
+    "TOOLS",
     "ContextBlock",
     "Forgotten",
     "History",
@@ -641,6 +455,8 @@ __all__ = [
     "RecallResult",
     "Recalled",
     "Remembered",
+    "ToolSpec",
+    "as_tool",
     "forget",
     "get_context",
     "history",
