@@ -44,7 +44,7 @@ from tests.stores.helpers import record, unit_vector
 
 pytest.importorskip("pymilvus")
 
-from chatmem.stores import milvus  # noqa: E402 - after the importorskip
+from chatmem.stores.milvus import connection as milvus  # noqa: E402 - after the importorskip
 from chatmem.stores.milvus import (  # noqa: E402
     MAX_VARCHAR_BYTES,
     MilvusStore,

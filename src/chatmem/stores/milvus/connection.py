@@ -1,0 +1,184 @@
+"""Talking to Milvus: pymilvus' client for a uri, its errors as chatmem's, and long reads.
+
+A uri ending in ``.db``, or any other local path, opens Milvus Lite, an in-process server over
+a data directory that only one process may open at a time; ``http(s)://host:19530`` (or
+``tcp://``, ``unix:``) connects to a server. Milvus Lite keeps one server per directory
+running in the process until exit: the last store of this process to close a directory stops
+its server, so another process can open it. pymilvus and grpc are imported when a store
+opens, so chatmem imports without them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from chatmem.errors import ConfigError, StoreError, StoreUnavailableError
+
+T = TypeVar("T")
+
+#: Largest offset + limit of one Milvus query, and largest top-k of one search.
+QUERY_WINDOW = 16_384
+#: Rows per batch when a query must be read with an iterator.
+SCAN_BATCH = 4_096
+_SERVER_SCHEMES = ("http://", "https://", "tcp://", "unix:")
+
+
+def load_pymilvus() -> Any:
+    """The pymilvus module; a ConfigError naming the extra when it is missing."""
+    try:
+        return importlib.import_module("pymilvus")
+    except ImportError as exc:
+        raise ConfigError("the Milvus store needs pymilvus: pip install 'chatmem[milvus]'") from exc
+
+
+def resolve_uri(uri: str | Path) -> tuple[str, Path | None]:
+    """The uri to hand to pymilvus, and the Milvus Lite data directory if it is local."""
+    text = str(uri)
+    if text.startswith(_SERVER_SCHEMES):
+        return text, None
+    path = Path(text).expanduser()
+    if path.suffix != ".db":
+        path = path / "milvus.db"
+    path = path.absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return str(path), path
+
+
+class _LiteServers:
+    """How many open stores use each Milvus Lite directory of this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users: dict[Path, int] = {}
+
+    def acquire(self, path: Path) -> None:
+        with self._lock:
+            self._users[path] = self._users.get(path, 0) + 1
+
+    def release(self, path: Path) -> None:
+        with self._lock:
+            remaining = self._users.get(path, 1) - 1
+            if remaining > 0:
+                self._users[path] = remaining
+                return
+            self._users.pop(path, None)
+        try:
+            manager = importlib.import_module("milvus_lite.server_manager")
+        except ImportError:  # pragma: no cover - the server could not have started either
+            return
+        manager.server_manager_instance.release_server(str(path))
+
+
+LITE_SERVERS = _LiteServers()
+
+
+class MilvusConnection:
+    """One pymilvus client, and every call through it with chatmem's errors."""
+
+    def __init__(
+        self, uri: str | Path, *, token: str | None, db_name: str | None, timeout: float
+    ) -> None:
+        self.pm = load_pymilvus()
+        self._rpc_error: type[BaseException] = importlib.import_module("grpc").RpcError
+        self.uri, self.lite_path = resolve_uri(uri)
+        self.timeout = timeout
+        self.closed = False
+        self.client = self._connect(token, db_name)
+
+    def _connect(self, token: str | None, db_name: str | None) -> Any:
+        if self.lite_path is not None:
+            LITE_SERVERS.acquire(self.lite_path)
+        try:
+            return self.pm.MilvusClient(
+                uri=self.uri, token=token or "", db_name=db_name or "", timeout=self.timeout
+            )
+        except BaseException as exc:  # boundary: release the path; re-raised or translated
+            if self.lite_path is not None:
+                LITE_SERVERS.release(self.lite_path)
+            if not isinstance(exc, self.pm.MilvusException):
+                raise
+            hint = " (is another process using it?)" if self.lite_path is not None else ""
+            raise StoreUnavailableError(
+                f"cannot open Milvus at {self.uri!r}{hint}: {exc.message}"
+            ) from exc
+
+    def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Call pymilvus, translating its errors into chatmem's."""
+        if self.closed:
+            raise StoreError("store is closed")
+        with self.translating():
+            return method(*args, timeout=self.timeout, **kwargs)
+
+    @contextmanager
+    def translating(self) -> Iterator[None]:
+        """Raise pymilvus' and grpc's errors as StoreError or StoreUnavailableError."""
+        try:
+            yield
+        except self.pm.MilvusException as exc:
+            raise self._translate(exc) from exc
+        except self._rpc_error as exc:
+            raise StoreUnavailableError(f"Milvus at {self.uri!r} is unreachable: {exc}") from exc
+
+    def _translate(self, exc: Any) -> StoreError:
+        errors = self.pm.exceptions
+        unavailable = (
+            errors.MilvusUnavailableException,
+            errors.ConnectError,
+            errors.ConnectionNotExistException,
+        )
+        # Status code 2 is pymilvus' CONNECT_FAILED.
+        if isinstance(exc, unavailable) or exc.code == 2:
+            return StoreUnavailableError(f"Milvus at {self.uri!r} is unavailable: {exc.message}")
+        return StoreError(f"Milvus error: {exc.message}")
+
+    def query(self, collection: str, expression: str, fields: list[str]) -> list[dict[str, Any]]:
+        """The rows matching ``expression`` that fit one query (ids, counts, a few rows)."""
+        rows = self.call(
+            self.client.query,
+            collection,
+            filter=expression,
+            output_fields=fields,
+            consistency_level="Strong",
+        )
+        return list(rows)
+
+    def scan(self, collection: str, expression: str, fields: list[str]) -> list[dict[str, Any]]:
+        """Every row matching ``expression``: one query, or an iterator past the query window."""
+        rows = self.call(
+            self.client.query,
+            collection,
+            filter=expression,
+            output_fields=fields,
+            limit=QUERY_WINDOW,
+            consistency_level="Strong",
+        )
+        if len(rows) < QUERY_WINDOW:
+            return list(rows)
+        iterator = self.call(
+            self.client.query_iterator,
+            collection,
+            batch_size=SCAN_BATCH,
+            filter=expression,
+            output_fields=fields,
+            consistency_level="Strong",
+        )
+        everything: list[dict[str, Any]] = []
+        try:
+            with self.translating():
+                while batch := iterator.next():
+                    everything.extend(batch)
+        finally:
+            iterator.close()
+        return everything
+
+    def close(self) -> None:
+        """Close the client; the last store on a Lite directory stops its server."""
+        self.closed = True
+        self.client.close()
+        if self.lite_path is not None:
+            LITE_SERVERS.release(self.lite_path)
