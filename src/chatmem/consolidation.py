@@ -42,7 +42,7 @@ from chatmem import text as textlib
 from chatmem.errors import LLMError, ValidationError
 from chatmem.llm.base import ChatModel
 from chatmem.llm.jsonfix import complete_json
-from chatmem.long_term import LongTermMemory
+from chatmem.long_term.facade import LongTermMemory
 from chatmem.records import (
     Filter,
     MemoryRecord,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from chatmem.errors import ValidationError
-from chatmem.long_term import LongTermMemory
+from chatmem.long_term.facade import LongTermMemory
 from chatmem.ranking import DEFAULT_ACCESS_HALF_LIFE_S, DEFAULT_HALF_LIFE_S, decay_score
 from chatmem.records import Filter, MemoryRecord, utcnow
 from chatmem.stores.base import MemoryStore, Usage

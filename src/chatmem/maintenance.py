@@ -23,7 +23,7 @@ from chatmem.consolidation import consolidate, reflect
 from chatmem.decay import DEFAULT_THRESHOLD, SweepReport, enforce_quota, sweep_decay
 from chatmem.errors import ValidationError
 from chatmem.llm.base import ChatModel
-from chatmem.long_term import LongTermMemory
+from chatmem.long_term.facade import LongTermMemory
 
 logger = logging.getLogger("chatmem.maintenance")
 

@@ -16,7 +16,7 @@ from chatmem.extraction.base import Fact
 from chatmem.extraction.poisoning import as_claim
 from chatmem.llm.base import ChatModel
 from chatmem.llm.jsonfix import complete_json
-from chatmem.long_term import LongTermMemory
+from chatmem.long_term.facade import LongTermMemory
 from chatmem.messages import SessionKey
 from chatmem.records import (
     EmbeddingInfo,
