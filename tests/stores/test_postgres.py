@@ -130,7 +130,10 @@ def test_repr_and_errors_never_show_the_password() -> None:
 def test_migrations_are_recorded_once(open_pg: OpenStore, postgres_uri: str, schema: str) -> None:
     open_pg().close()
     open_pg().close()
-    versions = query(postgres_uri, f"SELECT version FROM {schema}.chatmem_migrations")
+    versions = query(
+        postgres_uri,
+        f"SELECT version FROM {schema}.chatmem_schema WHERE component = 'chatmem' ORDER BY 1",
+    )
     assert versions == [(number,) for number in range(1, len(MIGRATIONS) + 1)]
 
 
@@ -138,7 +141,8 @@ def test_a_newer_schema_is_refused(open_pg: OpenStore, postgres_uri: str, schema
     open_pg().close()
     with psycopg.connect(postgres_uri) as conn:
         conn.execute(
-            f"INSERT INTO {schema}.chatmem_migrations VALUES (%s, now())", (len(MIGRATIONS) + 1,)
+            f"INSERT INTO {schema}.chatmem_schema VALUES ('chatmem', %s, now())",
+            (len(MIGRATIONS) + 1,),
         )
     with pytest.raises(StoreError, match="newer than this chatmem"):
         open_pg()

@@ -16,7 +16,8 @@ from tests.stores.helpers import record, unit_vector
 pytestmark = pytest.mark.postgres
 pytest.importorskip("psycopg")
 
-from chatmem.stores.postgres import PostgresStore, _where  # noqa: E402
+from chatmem.stores.postgres import PostgresStore  # noqa: E402
+from chatmem.stores.postgres.filters import where as _where  # noqa: E402
 
 
 @pytest.fixture

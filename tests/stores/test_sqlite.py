@@ -14,7 +14,8 @@ from chatmem.errors import ConfigError, StoreError, ValidationError
 from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord
 from chatmem.stores import SQLiteStore, open_store
 from chatmem.stores.base import SearchQuery
-from chatmem.stores.sqlite import FTS_SHARDS, INDEXED_METADATA, MIGRATIONS, _where
+from chatmem.stores.sqlite import FTS_SHARDS, INDEXED_METADATA, MIGRATIONS
+from chatmem.stores.sqlite.filters import where as _where
 
 EMBEDDING = EmbeddingInfo(model="test", dimension=4)
 WRITES = 40
@@ -97,7 +98,7 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     import pysqlite3.dbapi2 as sqlite3
 
     conn = sqlite3.connect(str(path))
-    conn.execute("INSERT INTO chatmem_migrations VALUES (?, 0)", (len(MIGRATIONS) + 1,))
+    conn.execute("INSERT INTO chatmem_schema VALUES ('chatmem', ?, 0)", (len(MIGRATIONS) + 1,))
     conn.commit()
     conn.close()
     with pytest.raises(StoreError, match="newer"):

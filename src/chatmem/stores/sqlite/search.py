@@ -1,0 +1,115 @@
+"""The SQLite store's search halves, each over one user's rows that a filter admitted:
+nearest vectors (scored in memory from the user's cached matrix, ``vector_cache``) and FTS5
+keyword matches (BM25 in the user's shard). Fusing them is the ranking layer's job."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from chatmem import text as textlib
+from chatmem.records import Vector
+from chatmem.stores.base import SearchQuery
+from chatmem.stores.sqlite.file import sqlite3
+from chatmem.stores.sqlite.filters import Admitted
+from chatmem.stores.sqlite.schema import FTS_WEIGHTS, fts_table, user_key, user_token
+from chatmem.stores.vector_cache import VectorCache
+
+
+def _array(rowids: set[int]) -> npt.NDArray[np.int64]:
+    return np.fromiter(rowids, dtype=np.int64, count=len(rowids))
+
+
+def _user_versions(conn: sqlite3.Connection, tenant: str, user: str) -> tuple[int, int]:
+    row = conn.execute(
+        "SELECT appended, changed FROM user_versions WHERE tenant_id = ? AND user_id = ?",
+        (tenant, user),
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def vector_half(
+    conn: sqlite3.Connection,
+    cache: VectorCache,
+    dimension: int,
+    query: SearchQuery,
+    vector: Vector,
+    user: str,
+    admitted: Admitted,
+    also: set[int],
+) -> dict[int, float]:
+    """The ``candidates`` nearest rows that the filter ``admitted``, plus the cosine of
+    ``also``."""
+    tenant = query.filter.tenant_id
+
+    def read(after: int) -> list[tuple[int, bytes]]:
+        rows: list[tuple[int, bytes]] = conn.execute(
+            "SELECT v.rowid, v.embedding FROM memories AS m JOIN memory_vectors AS v"
+            " ON v.rowid = m.rowid WHERE m.tenant_id = ? AND m.user_id = ? AND m.rowid > ?"
+            " ORDER BY m.rowid",
+            (tenant, user, after),
+        ).fetchall()
+        return rows
+
+    versions = _user_versions(conn, tenant, user)
+    vectors = cache.vectors(user_key(tenant, user), versions, dimension, read)
+    scores = vectors.scores(vector)
+    pool = np.arange(len(vectors.rowids))
+    if admitted.only is not None:
+        pool = np.flatnonzero(np.isin(vectors.rowids, _array(admitted.only)))
+    elif admitted.hidden:
+        pool = pool[~np.isin(vectors.rowids, _array(admitted.hidden))]
+    if len(pool) > query.candidates:
+        best = np.argpartition(-scores[pool], query.candidates - 1)[: query.candidates]
+        pool = pool[best]
+    found = {int(vectors.rowids[i]): float(scores[i]) for i in pool}
+    wanted = np.fromiter(sorted(also - set(found)), dtype=np.int64)
+    for position, rowid in zip(vectors.positions(wanted), wanted, strict=True):
+        found[int(rowid)] = float(scores[position])
+    return found
+
+
+def keyword_half(
+    conn: sqlite3.Connection, query: SearchQuery, user: str, admitted: Admitted
+) -> list[tuple[int, float]]:
+    """The ``candidates`` best keyword matches that the filter ``admitted``. The match runs
+    on the full-text table alone (joined to ``memories``, SQLite would run it once per
+    row of the user); rows the filter leaves out are dropped after, asking for more
+    while a page came back full and too few were kept."""
+    assert query.text is not None
+    terms = textlib.query_terms(query.text)
+    if not terms:
+        return []
+    token = user_token(query.filter.tenant_id, user)
+    table = fts_table(token)
+    match = f'ukey : "{token}" AND {{said prev nxt day}} : ({textlib.fts5_any(terms)})'
+    weights = ", ".join(str(w) for w in FTS_WEIGHTS)
+    wanted = query.candidates
+    limit = wanted + len(admitted.hidden) if admitted.only is None else 4 * wanted
+    while True:
+        rows = conn.execute(
+            f"SELECT rowid, bm25({table}, {weights}) AS s FROM {table}"
+            f" WHERE {table} MATCH ? ORDER BY s LIMIT ?",
+            (match, limit),
+        ).fetchall()
+        kept = [row for row in rows if admitted.admits(row[0])]
+        if len(kept) >= wanted or len(rows) < limit:
+            rows = kept[:wanted]
+            break
+        limit *= 4
+    # FTS5's bm25() is negative, lower is better; flip it so higher is better.
+    return [(rowid, -score) for rowid, score in rows]
+
+
+def ids_by_rowid(conn: sqlite3.Connection, rowids: set[int]) -> dict[int, str]:
+    if not rowids:
+        return {}
+    ordered = sorted(rowids)
+    rows = conn.execute(
+        f"SELECT rowid, id FROM memories WHERE rowid IN ({', '.join('?' * len(ordered))})",
+        ordered,
+    ).fetchall()
+    return dict(rows)
+
+
+__all__ = ["ids_by_rowid", "keyword_half", "vector_half"]

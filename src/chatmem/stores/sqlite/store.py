@@ -1,0 +1,255 @@
+"""``SQLiteStore``: the embedded default memory store over one ``SQLiteFile``; its
+schema, filters, write path and search halves live in the sibling modules."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from chatmem.errors import EmbedderMismatchError
+from chatmem.records import (
+    Candidate,
+    EmbeddingInfo,
+    Entry,
+    Filter,
+    HistoryEntry,
+    MemoryRecord,
+    Page,
+    Vector,
+    from_ms,
+)
+from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage, read_cursor
+from chatmem.stores.sql_rows import (
+    HISTORY_READ,
+    check_limit,
+    history_entry,
+    history_where,
+    page,
+    record_of,
+)
+from chatmem.stores.sqlite import search as halves
+from chatmem.stores.sqlite import writes
+from chatmem.stores.sqlite.file import SQLiteFile, sqlite3
+from chatmem.stores.sqlite.filters import admitted, where
+from chatmem.stores.sqlite.schema import MIGRATIONS
+from chatmem.stores.vector_cache import DEFAULT_BUDGET_BYTES, VectorCache
+
+_EMBEDDING = "SELECT value FROM chatmem_meta WHERE key = 'embedding'"
+
+
+class SQLiteStore(MemoryStore):
+    """A store in one SQLite file; safe for many threads and processes at once."""
+
+    capabilities = Capabilities(keyword_search=True, multi_process=True)
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "NORMAL",
+        vector_cache_bytes: int = DEFAULT_BUDGET_BYTES,
+    ) -> None:
+        self.path = str(path)
+        self._file = SQLiteFile(path, synchronous=synchronous)
+        self._vector_cache = VectorCache(vector_cache_bytes)
+        self._file.migrate(MIGRATIONS)
+        self._embedding = self._read_embedding()
+
+    # -- embedding binding -----------------------------------------------------------------
+
+    def _read_embedding(self) -> EmbeddingInfo | None:
+        with self._file.read() as conn:
+            row = conn.execute(_EMBEDDING).fetchone()
+        return EmbeddingInfo.model_validate_json(row[0]) if row else None
+
+    @property
+    def embedding(self) -> EmbeddingInfo | None:
+        return self._embedding
+
+    def bind_embedding(self, info: EmbeddingInfo) -> None:
+        def bind(conn: sqlite3.Connection) -> EmbeddingInfo:
+            row = conn.execute(_EMBEDDING).fetchone()
+            if row:
+                return EmbeddingInfo.model_validate_json(row[0])
+            conn.execute(
+                "INSERT INTO chatmem_meta VALUES ('embedding', ?)", (info.model_dump_json(),)
+            )
+            return info
+
+        bound = self._file.write(bind)
+        if bound != info:
+            raise EmbedderMismatchError(
+                f"store {self.path!r} was built with {bound.model} ({bound.dimension} dimensions);"
+                f" the embedder given is {info.model} ({info.dimension} dimensions)"
+            )
+        self._embedding = bound
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def put(self, entries: Sequence[Entry]) -> None:
+        self._check_batch(entries)
+        self._file.write(lambda conn: writes.insert(conn, entries))
+
+    def update(self, changes: Sequence[Change]) -> None:
+        for change in changes:
+            if change.vector is not None:
+                self._check_vector(change.vector)
+
+        def apply(conn: sqlite3.Connection) -> None:
+            for change in changes:
+                writes.apply_change(conn, change)
+
+        self._file.write(apply)
+
+    def touch(self, uses: Sequence[Usage], scope: Filter) -> builtins.list[str]:
+        user = scope.require_user()
+        ids = sorted({use.id for use in uses})
+        if not ids:
+            return []
+
+        def apply(conn: sqlite3.Connection) -> builtins.list[str]:
+            # Only the JSON body changes: no column, vector or FTS row mirrors these fields.
+            rows = conn.execute(
+                f"SELECT body FROM memories WHERE id IN ({', '.join('?' * len(ids))})"
+                " AND +tenant_id = ? AND +user_id = ?",
+                [*ids, scope.tenant_id, user],
+            ).fetchall()
+            changed = Usage.written([record_of(body) for (body,) in rows], uses)
+            conn.executemany(
+                "UPDATE memories SET body = ? WHERE id = ?",
+                [(record.model_dump_json(), memory_id) for memory_id, record in changed.items()],
+            )
+            return builtins.list(changed)
+
+        return self._file.write(apply)
+
+    def delete(self, scope: Filter, reason: str | None = None) -> list[str]:
+        conditions, params = where(scope)
+
+        def remove(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                f"SELECT m.rowid, m.body FROM memories AS m WHERE {conditions}", params
+            ).fetchall()
+            writes.remove(conn, rows, reason)
+            return [record_of(body).id for _, body in rows]
+
+        return self._file.write(remove)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
+        if not ids:
+            return []
+        conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
+        with self._file.read() as conn:
+            rows = conn.execute(f"SELECT m.body FROM memories AS m WHERE {conditions}", params)
+            found = {record.id: record for record in map(record_of, (r[0] for r in rows))}
+        return [found[i] for i in ids if i in found]
+
+    def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
+        if not ids:
+            return {}
+        conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
+        with self._file.read() as conn:
+            rows = conn.execute(
+                f"SELECT m.id, v.embedding FROM memories AS m"
+                f" JOIN memory_vectors AS v ON v.rowid = m.rowid WHERE {conditions}",
+                params,
+            ).fetchall()
+        return {memory_id: np.frombuffer(blob, dtype=np.float32).copy() for memory_id, blob in rows}
+
+    def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
+        check_limit(limit)
+        conditions, params = where(scope)
+        if cursor is not None:
+            conditions += " AND (m.created_at, m.rowid) > (?, ?)"
+            params += [*read_cursor(cursor)]
+        with self._file.read() as conn:
+            rows = conn.execute(
+                f"SELECT m.created_at, m.rowid, m.body FROM memories AS m WHERE {conditions}"
+                " ORDER BY m.created_at, m.rowid LIMIT ?",
+                [*params, limit + 1],
+            ).fetchall()
+        return page(rows, limit, int)
+
+    def count(self, scope: Filter) -> int:
+        conditions, params = where(scope)
+        with self._file.read() as conn:
+            row = conn.execute(f"SELECT COUNT(*) FROM memories AS m WHERE {conditions}", params)
+            return int(row.fetchone()[0])
+
+    def users(
+        self, tenant_id: str, *, after: str | None = None, limit: int = 1000
+    ) -> builtins.list[str]:
+        check_limit(limit)
+        with self._file.read() as conn:
+            rows = conn.execute(
+                "SELECT DISTINCT user_id FROM memories WHERE tenant_id = ? AND user_id > ?"
+                " ORDER BY user_id LIMIT ?",
+                (tenant_id, after or "", limit),
+            ).fetchall()
+        return [user for (user,) in rows]
+
+    def history(self, memory_id: str, scope: Filter) -> builtins.list[HistoryEntry]:
+        conditions, params = history_where(memory_id, scope, "?")
+        with self._file.read() as conn:
+            rows = conn.execute(
+                f"SELECT {HISTORY_READ} FROM memory_history WHERE {conditions} ORDER BY seq",
+                params,
+            ).fetchall()
+        return [history_entry(row, from_ms) for row in rows]
+
+    # -- search ----------------------------------------------------------------------------
+
+    def search(self, query: SearchQuery) -> builtins.list[Candidate]:
+        user = query.filter.require_user()
+        with self._file.read() as conn:
+            conn.execute("BEGIN")  # one snapshot for versions, vectors and words
+            try:
+                scores = self._scores(conn, query, user)
+                ids = halves.ids_by_rowid(conn, set(scores[0]) | set(scores[1]))
+            finally:
+                conn.execute("COMMIT")
+        cosine, keyword = scores
+        return [
+            Candidate(ids[rowid], cosine.get(rowid), keyword.get(rowid)) for rowid in sorted(ids)
+        ]
+
+    def _scores(
+        self, conn: sqlite3.Connection, query: SearchQuery, user: str
+    ) -> tuple[dict[int, float], dict[int, float]]:
+        """Cosine and keyword scores by rowid, within one read transaction."""
+        allowed = admitted(conn, query.filter)
+        keyword: dict[int, float] = {}
+        if query.text:
+            keyword = dict(halves.keyword_half(conn, query, user, allowed))
+        # Asked for only now: an embedding started before the search ran meanwhile.
+        vector = query.query_vector()
+        cosine: dict[int, float] = {}
+        if vector is not None and self._embedding is not None:
+            self._check_vector(vector)
+            cosine = halves.vector_half(
+                conn,
+                self._vector_cache,
+                self._dimension(),
+                query,
+                vector,
+                user,
+                allowed,
+                set(keyword),
+            )
+        return cosine, keyword
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+
+__all__ = ["SQLiteStore"]

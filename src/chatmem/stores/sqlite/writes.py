@@ -1,0 +1,133 @@
+"""The SQLite store's write path: a record's row, vector, keyword row and history, each
+written inside the caller's ``BEGIN IMMEDIATE`` transaction, and the per-user counters that
+tell every connection's vector cache its vectors moved on."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chatmem import text as textlib
+from chatmem.errors import ConflictError, NotFoundError, ValidationError
+from chatmem.records import Entry, HistoryEvent, MemoryRecord, Vector, to_ms, utcnow
+from chatmem.stores.base import Change
+from chatmem.stores.sql_rows import (
+    HISTORY_COLUMNS,
+    RECORD_COLUMNS,
+    columns,
+    history_row,
+    record_of,
+)
+from chatmem.stores.sqlite.file import sqlite3
+from chatmem.stores.sqlite.schema import FTS_COLUMNS, fts_of, fts_table, user_token
+
+_UPDATE = (
+    "UPDATE memories SET agent_id = ?, project_id = ?, session_id = ?, type = ?,"
+    " scope = ?, created_at = ?, valid_from = ?, valid_to = ?, version = ?,"
+    " expires_at = ?, body = ? WHERE rowid = ?"
+)
+
+
+def blob(vector: Vector) -> bytes:
+    return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
+def _columns(record: MemoryRecord) -> tuple[Any, ...]:
+    return columns(record, to_ms)
+
+
+def _bump(conn: sqlite3.Connection, record: MemoryRecord, counter: str) -> None:
+    """Tell every reader's vector cache that this user's vectors moved on."""
+    conn.execute(
+        f"INSERT INTO user_versions (tenant_id, user_id, {counter}) VALUES (?, ?, 1)"
+        f" ON CONFLICT (tenant_id, user_id) DO UPDATE SET {counter} = {counter} + 1",
+        (record.tenant_id, record.user_id),
+    )
+
+
+def insert(conn: sqlite3.Connection, entries: Sequence[Entry]) -> None:
+    """Add new records (a taken id fails the whole batch)."""
+    ids = [entry.record.id for entry in entries]
+    placeholders = ", ".join("?" * len(ids))
+    taken = conn.execute(f"SELECT id FROM memories WHERE id IN ({placeholders})", ids).fetchall()
+    if taken:
+        raise ValidationError(f"memory {taken[0][0]!r} already exists", field="id")
+    for record, vector in entries:
+        rowid = _insert_row(conn, record, vector)
+        _index_text(conn, rowid, record)
+        _add_history(conn, HistoryEvent.ADD, None, record, None)
+
+
+def _insert_row(conn: sqlite3.Connection, record: MemoryRecord, vector: Vector) -> int:
+    cursor = conn.execute(
+        f"INSERT INTO memories ({RECORD_COLUMNS}, body)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (*_columns(record), record.model_dump_json()),
+    )
+    rowid = int(cursor.lastrowid or 0)
+    conn.execute("INSERT INTO memory_vectors VALUES (?, ?)", (rowid, blob(vector)))
+    _bump(conn, record, "appended")
+    return rowid
+
+
+def _index_text(conn: sqlite3.Connection, rowid: int, record: MemoryRecord) -> None:
+    token = user_token(record.tenant_id, record.user_id)
+    conn.execute(
+        f"INSERT INTO {fts_table(token)} (rowid, {FTS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+        (rowid, token, *textlib.index_fields(record)),
+    )
+
+
+def _add_history(
+    conn: sqlite3.Connection,
+    event: HistoryEvent,
+    old: MemoryRecord | None,
+    new: MemoryRecord | None,
+    reason: str | None,
+) -> None:
+    conn.execute(
+        f"INSERT INTO memory_history ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        history_row(event, old, new, reason, to_ms(utcnow())),
+    )
+
+
+def apply_change(conn: sqlite3.Connection, change: Change) -> None:
+    """Replace a stored record by its new version (optimistic: the version must match)."""
+    new = change.record
+    row = conn.execute(
+        "SELECT rowid, version, body FROM memories WHERE id = ? AND tenant_id = ? AND user_id = ?",
+        (new.id, new.tenant_id, new.user_id),
+    ).fetchone()
+    if row is None:
+        raise NotFoundError(new.id)
+    rowid, version, body = row
+    if version != change.expected_version:
+        raise ConflictError(
+            f"memory {new.id!r} is at version {version}, not {change.expected_version}"
+        )
+    conn.execute(_UPDATE, (*_columns(new)[3:], new.model_dump_json(), rowid))
+    if change.vector is not None:
+        conn.execute(
+            "UPDATE memory_vectors SET embedding = ? WHERE rowid = ?",
+            (blob(change.vector), rowid),
+        )
+        _bump(conn, new, "changed")
+    conn.execute(f"DELETE FROM {fts_of(new)} WHERE rowid = ?", (rowid,))
+    _index_text(conn, rowid, new)
+    _add_history(conn, HistoryEvent.UPDATE, record_of(body), new, change.reason)
+
+
+def remove(conn: sqlite3.Connection, rows: Sequence[tuple[int, str]], reason: str | None) -> None:
+    """Delete the ``(rowid, body)`` rows with their vectors and keyword rows."""
+    for rowid, body in rows:
+        gone = record_of(body)
+        conn.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
+        for table in ("memory_vectors", fts_of(gone)):
+            conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
+        _bump(conn, gone, "changed")
+        _add_history(conn, HistoryEvent.DELETE, gone, None, reason)
+
+
+__all__ = ["apply_change", "blob", "insert", "remove"]
