@@ -1,0 +1,91 @@
+"""The search (SPEC R3): a hybrid search of one user's current memories in long-term
+memory, narrowed by a filter, then the rerank of ``chatmem.retrieval.reranking``."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+
+from chatmem.errors import ValidationError
+from chatmem.long_term import LongTermMemory
+from chatmem.records import Filter, MemoryType, utcnow
+from chatmem.retrieval.query import Query
+from chatmem.retrieval.reranking import (
+    DEFAULT_WEIGHTS,
+    RELEVANCE_REFERENCE,
+    RerankWeights,
+    RetrievedMemory,
+    rerank,
+    superseded_at,
+)
+
+#: How many more candidates than ``k`` are read from long-term memory before the rerank.
+CANDIDATE_FACTOR = 4
+
+
+def search(
+    long_term: LongTermMemory,
+    query: Query | str,
+    *,
+    user_id: str,
+    tenant_id: str = "default",
+    k: int = 5,
+    threshold: float = 0.6,
+    types: Collection[MemoryType] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    weights: RerankWeights = DEFAULT_WEIGHTS,
+    now: datetime | None = None,
+    include_superseded: bool = False,
+    project_id: str | None = None,
+    session_id: str | None = None,
+    roles: Collection[str] | None = None,
+) -> list[RetrievedMemory]:
+    """Hybrid search of one user's memories, reranked (R3): the best ``k`` whose
+    normalised relevance (not the final score; see ``chatmem.retrieval.reranking``) is at
+    least ``threshold``. ``types`` keeps those types, ``project_id`` and ``session_id`` that
+    project's or session's memories, ``roles`` those a reader holding them may see
+    (``Filter.reader_roles``; None: all);
+    ``since`` / ``until`` bound ``created_at`` (``since`` <= created_at < ``until``).
+
+    Memories superseded by ``now`` (``valid_to`` passed) are left out, as long-term memory
+    does, unless ``include_superseded``: then they are kept and marked. Either way the
+    earlier value comes back through the ``updates`` link of the current one (``expand``).
+    """
+    check_search(k, threshold)
+    moment = now or utcnow()
+    narrow = Filter.checked(
+        {
+            "types": frozenset(types) if types is not None else None,
+            "project_id": project_id,
+            "session_id": session_id,
+            "created_after": since,
+            "created_before": until,
+            "reader_roles": frozenset(roles) if roles is not None else None,
+        },
+        "filter",
+    )
+    found = long_term.search(
+        query.text if isinstance(query, Query) else query,
+        user_id=user_id,
+        tenant_id=tenant_id,
+        k=k * CANDIDATE_FACTOR,
+        # A relevance of at least t needs a fused score of at least t x the reference:
+        # what scores less can never pass, so it is not even read from the store.
+        threshold=threshold * RELEVANCE_REFERENCE,
+        filter=narrow,
+        # Judged here against ``now`` (long-term memory would use the clock), and before
+        # the rerank, so relevance is relative to the best memory that can be shown.
+        include_superseded=True,
+    )
+    if not include_superseded:
+        found = [r for r in found if superseded_at(r.record, moment) is None]
+    return rerank(found, k=k, threshold=threshold, weights=weights, now=moment)
+
+
+def check_search(k: int, threshold: float) -> None:
+    """Raise ``ValidationError`` unless ``k`` is at least 1 and ``threshold`` in [0, 1]."""
+    if k < 1:
+        raise ValidationError("must be at least 1", field="k")
+    if not 0.0 <= threshold <= 1.0:
+        raise ValidationError("must be between 0 and 1", field="threshold")
