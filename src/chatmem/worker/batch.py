@@ -1,0 +1,79 @@
+"""What the outbox holds: a batch of one session's messages, its state, its id, and the
+retry policy that bounds its attempts.
+
+Every outbox (in memory, SQLite, PostgreSQL) holds these same records; how a batch moves
+from state to state is in :mod:`chatmem.worker.rules`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from chatmem.errors import ValidationError
+from chatmem.messages import Message, SessionKey
+
+
+class BatchState(StrEnum):
+    """Where a batch is: waiting, claimed by a worker, applied, or out of attempts."""
+
+    PENDING = "pending"
+    LEASED = "leased"
+    DONE = "done"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Leases and retries of the outbox.
+
+    A failed batch waits ``backoff_s * 2 ** (attempts - 1)`` seconds (at most
+    ``max_backoff_s``) before its next attempt; after ``max_attempts`` attempts it is dead.
+    """
+
+    max_attempts: int = 5
+    backoff_s: float = 2.0
+    max_backoff_s: float = 600.0
+    #: How long a claimed batch is a worker's unless renewed; past it, another worker may
+    #: claim it. A running worker renews its leases every third of this, so a slow model
+    #: keeps its batch, and a dead worker's batches come back within this time.
+    lease_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValidationError("must be at least 1", field="max_attempts")
+        if self.backoff_s < 0 or self.max_backoff_s < 0:
+            raise ValidationError("must not be negative", field="backoff_s")
+        if self.lease_s <= 0:
+            raise ValidationError("must be positive", field="lease_s")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch of one session's messages, as the outbox holds it. ``lease`` identifies the
+    claim that holds it (None when it is not leased)."""
+
+    batch_id: str
+    key: SessionKey
+    messages: list[Message]
+    state: BatchState = BatchState.PENDING
+    attempts: int = 0
+    #: When the batch may next be claimed, in milliseconds since the epoch.
+    next_attempt_at: int = 0
+    last_error: str | None = None
+    lease: str | None = None
+    enqueued_at: int = 0
+
+
+def batch_id_for(key: SessionKey, messages: Sequence[Message]) -> str:
+    """The id of the batch of ``messages``: the same messages in the same session give the
+    same id, so enqueuing them twice makes one batch."""
+    if not messages:
+        raise ValidationError("a batch needs at least one message", field="messages")
+    parts = [*key, *(m.id for m in messages)]
+    return hashlib.blake2b("\x1f".join(parts).encode(), digest_size=16).hexdigest()
+
+
+__all__ = ["Batch", "BatchState", "RetryPolicy", "batch_id_for"]
