@@ -119,7 +119,8 @@ class LongTermMemory:
 
         A chat message with no text (an assistant's tool call, an image) is skipped, never
         refused, and its tool calls are kept; what is refused is in ``long_term.inputs``. A
-        text longer than ``MAX_TEXT_CHARS`` is stored as several memories, its parts
+        text longer than ``MAX_TEXT_CHARS`` is stored as several memories, its parts, with
+        ``PART_KEY``, ``PARTS_KEY`` and ``PART_OF_KEY`` in their metadata
         (``long_term.message_records``).
         """
         items = message_items(messages)
