@@ -32,25 +32,15 @@ payload index. What Qdrant lacks, and what this store does instead (as the Milvu
 from __future__ import annotations
 
 import builtins
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from qdrant_client.http import models
 
-from chatmem.errors import (
-    ConfigError,
-    ConflictError,
-    EmbedderMismatchError,
-    NotFoundError,
-    StoreError,
-    ValidationError,
-)
+from chatmem.errors import ConfigError, EmbedderMismatchError, StoreError, ValidationError
 from chatmem.records import (
     Candidate,
     EmbeddingInfo,
@@ -64,15 +54,17 @@ from chatmem.records import (
     utcnow,
 )
 from chatmem.stores import qdrant_filters as qf
-from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage
-from chatmem.stores.milvus import ms_floor
+from chatmem.stores.base import Capabilities, Change, SearchQuery, Usage
 from chatmem.stores.qdrant_connect import LOCAL_ENGINES, SERVER_SCHEMES, connect, translated
+from chatmem.stores.vectordb.hybrid import candidates
+from chatmem.stores.vectordb.order import sort_key
+from chatmem.stores.vectordb.store import VectorDBStore
+from chatmem.stores.vectordb.writes import ID_CHUNK as ID_CHUNK
+from chatmem.stores.vectordb.writes import Stored, changed_vector, chunks, current, undo
 
 T = TypeVar("T")
 
 SCHEMA_VERSION = 1
-#: Points per retrieve, per ``has_id`` condition and per chunk of a bulk delete.
-ID_CHUNK = 1_000
 #: Points per page of a scroll.
 SCAN_BATCH = 1_024
 #: Search breadth on a server (HNSW ``ef``) at least this.
@@ -82,44 +74,11 @@ _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 _KEYS = ["id", "created_at"]
 
 
-class _Stored(NamedTuple):
-    """A memory point as read back for a write: the record and its dense vector."""
-
-    record: MemoryRecord
-    vector: list[float]
-
-
-def _chunks(items: Sequence[T], size: int = ID_CHUNK) -> Iterator[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _sort_key(record: MemoryRecord) -> tuple[int, str]:
-    return ms_floor(record.time.created_at), record.id
-
-
 def _ids(points: Sequence[models.PointStruct]) -> builtins.list[str]:
     return [str(point.id) for point in points]
 
 
-def _current(state: dict[str, _Stored], change: Change) -> _Stored:
-    """The stored version a change replaces (raises NotFoundError, ConflictError)."""
-    new = change.record
-    current = state.get(new.id)
-    if current is None or (current.record.tenant_id, current.record.user_id) != (
-        new.tenant_id,
-        new.user_id,
-    ):
-        raise NotFoundError(new.id)
-    version = current.record.metadata.version
-    if version != change.expected_version:
-        raise ConflictError(
-            f"memory {new.id!r} is at version {version}, not {change.expected_version}"
-        )
-    return current
-
-
-class QdrantStore(MemoryStore):
+class QdrantStore(VectorDBStore):
     """Memories in Qdrant (server or local mode); see the module docstring for the layout."""
 
     def __init__(
@@ -134,6 +93,7 @@ class QdrantStore(MemoryStore):
             raise ConfigError(
                 f"collection prefix {collection_prefix!r} must be letters, digits, _ and -"
             )
+        super().__init__()
         qf.load_stemmer()  # fail at open, not at the first write
         text = str(target)
         self.remote = text.startswith(SERVER_SCHEMES)
@@ -142,10 +102,6 @@ class QdrantStore(MemoryStore):
         self._memories = f"{collection_prefix}_memories"
         self._history = f"{collection_prefix}_history"
         self._meta = f"{collection_prefix}_meta"
-        self._lock = threading.RLock()
-        self._last_seq = 0
-        self._closed = False
-        self._memories_exist = False
         self._client, self._engine_lock = connect(self.uri, api_key, timeout)
         try:
             self._embedding = self._prepare()
@@ -165,24 +121,17 @@ class QdrantStore(MemoryStore):
     def _prepare(self) -> EmbeddingInfo | None:
         self._ensure(self._meta, lambda: {"vectors_config": {}})
         self._ensure(self._history, lambda: {"vectors_config": {}})
-        version = self._read_meta("schema_version")
-        if version is None:
-            self._write_meta("schema_version", str(SCHEMA_VERSION))
-        elif int(version) > SCHEMA_VERSION:
-            raise StoreError(
-                f"store schema version {version} is newer than this chatmem ({SCHEMA_VERSION});"
-                " upgrade chatmem"
-            )
+        self._check_schema(SCHEMA_VERSION)
         embedding = self._read_embedding()
         if embedding is not None and self._has_memories():
             self._check_dimension(embedding)
         return embedding
 
-    def _has_memories(self) -> bool:
-        """Whether records can exist yet: the collection is made when a model is bound."""
-        if not self._memories_exist:
-            self._memories_exist = self._call(self._client.collection_exists, self._memories)
-        return self._memories_exist
+    def _memories_made(self) -> bool:
+        return self._call(self._client.collection_exists, self._memories)
+
+    def _make_memories(self, info: EmbeddingInfo) -> None:
+        self._ensure(self._memories, lambda: qf.memories_config(info.dimension, self.remote))
 
     def _ensure(self, name: str, config: Callable[[], dict[str, Any]]) -> None:
         if self._call(self._client.collection_exists, name):
@@ -222,79 +171,31 @@ class QdrantStore(MemoryStore):
         point = models.PointStruct(id=qf.point_id(key), vector={}, payload={"value": value})
         self._call(self._client.upsert, self._meta, [point], wait=True)
 
-    def _read_embedding(self) -> EmbeddingInfo | None:
-        value = self._read_meta("embedding")
-        return EmbeddingInfo.model_validate_json(value) if value else None
-
-    @property
-    def embedding(self) -> EmbeddingInfo | None:
-        return self._embedding
-
-    def bind_embedding(self, info: EmbeddingInfo) -> None:
-        with self._lock:
-            recorded = self._read_embedding()
-            bound = recorded or info
-            if bound == info:
-                if self._has_memories():
-                    self._check_dimension(info)
-                else:
-                    self._ensure(
-                        self._memories, lambda: qf.memories_config(info.dimension, self.remote)
-                    )
-                if recorded is None:
-                    self._write_meta("embedding", info.model_dump_json())
-        if bound != info:
-            raise EmbedderMismatchError(
-                f"store {self.uri!r} was built with {bound.model} ({bound.dimension} dimensions);"
-                f" the embedder given is {info.model} ({info.dimension} dimensions)"
-            )
-        self._embedding = bound
-
-    def _next_seq(self) -> int:
-        with self._lock:
-            self._last_seq = max(self._last_seq + 1, time.time_ns())
-            return self._last_seq
-
     # -- writes ----------------------------------------------------------------------------
 
-    @contextmanager
-    def _writing(self) -> Iterator[None]:
-        with self._lock:
-            if self._closed:
-                raise StoreError("store is closed")
-            yield
-
     def _upsert(self, collection: str, points: Sequence[models.PointStruct]) -> None:
-        for chunk in _chunks(points):
+        for chunk in chunks(points):
             self._call(self._client.upsert, collection, list(chunk), wait=True)
 
     def _remove(self, collection: str, point_ids: Sequence[str]) -> None:
-        for chunk in _chunks(point_ids):
+        for chunk in chunks(point_ids):
             selector = models.PointIdsList(points=list(chunk))
             self._call(self._client.delete, collection, points_selector=selector, wait=True)
-
-    @staticmethod
-    def _undo(failure: StoreError, action: Callable[[], object]) -> None:
-        """Compensate a failed write; a failure to do so is noted on the original error."""
-        try:
-            action()
-        except StoreError as undo_failure:
-            failure.add_note(f"clean-up after the failure also failed: {undo_failure}")
 
     def _write(
         self,
         points: Sequence[models.PointStruct],
         history: Sequence[models.PointStruct],
-        undo: Callable[[], object],
+        restore: Callable[[], object],
     ) -> None:
-        """Write memories, then their history; on failure ``undo`` the memories, drop the
+        """Write memories, then their history; on failure ``restore`` the memories, drop the
         history written, and re-raise."""
         try:
             self._upsert(self._memories, points)
             self._upsert(self._history, history)
         except StoreError as exc:
-            self._undo(exc, undo)
-            self._undo(exc, lambda: self._remove(self._history, [str(h.id) for h in history]))
+            undo(exc, restore)
+            undo(exc, lambda: self._remove(self._history, [str(h.id) for h in history]))
             raise
 
     def put(self, entries: Sequence[Entry]) -> None:
@@ -326,16 +227,16 @@ class QdrantStore(MemoryStore):
             points: dict[str, models.PointStruct] = {}
             history = []
             for change in changes:
-                current = _current(state, change)
-                vector = change.vector.tolist() if change.vector is not None else current.vector
+                found = current(state, change)
+                vector = changed_vector(change, found)
                 points[change.record.id] = qf.memory_point(change.record, vector)
                 history.append(
                     qf.history_point(
                         HistoryEvent.UPDATE,
-                        *(current.record, change.record, change.reason, now, self._next_seq()),
+                        *(found.record, change.record, change.reason, now, self._next_seq()),
                     )
                 )
-                state[change.record.id] = _Stored(change.record, vector)
+                state[change.record.id] = Stored(change.record, vector)
             restore = [qf.memory_point(s.record, s.vector) for s in originals.values()]
             self._write(
                 list(points.values()), history, lambda: self._upsert(self._memories, restore)
@@ -359,7 +260,7 @@ class QdrantStore(MemoryStore):
             try:
                 self._set_bodies(changed.values())
             except StoreError as exc:
-                self._undo(exc, lambda: self._set_bodies(owned))
+                undo(exc, lambda: self._set_bodies(owned))
                 raise
         return builtins.list(changed)
 
@@ -381,10 +282,10 @@ class QdrantStore(MemoryStore):
                 return []
             records = sorted(
                 (r for r in self._scan_records(qf.filter_for(scope)) if scope.matches(r)),
-                key=_sort_key,
+                key=sort_key,
             )
             now = utcnow()
-            for chunk in _chunks(records):
+            for chunk in chunks(records):
                 self._delete_chunk(chunk, reason, now)
         return [record.id for record in records]
 
@@ -399,15 +300,15 @@ class QdrantStore(MemoryStore):
         try:
             self._remove(self._memories, [qf.point_id(record.id) for record in records])
         except StoreError as exc:
-            self._undo(exc, lambda: self._remove(self._history, _ids(history)))
+            undo(exc, lambda: self._remove(self._history, _ids(history)))
             raise
 
     # -- reads -----------------------------------------------------------------------------
 
-    def _stored(self, ids: Sequence[str], *, vectors: bool = True) -> dict[str, _Stored]:
+    def _stored(self, ids: Sequence[str], *, vectors: bool = True) -> dict[str, Stored]:
         """The stored memories of these ids, whoever owns them."""
-        found: dict[str, _Stored] = {}
-        for chunk in _chunks(sorted(set(ids))):
+        found: dict[str, Stored] = {}
+        for chunk in chunks(sorted(set(ids))):
             points = self._call(
                 self._client.retrieve,
                 self._memories,
@@ -417,7 +318,7 @@ class QdrantStore(MemoryStore):
             )
             for point in points:
                 record = qf.record_of(point.payload)
-                found[record.id] = _Stored(record, qf.dense_of(point))
+                found[record.id] = Stored(record, qf.dense_of(point))
         return {i: found[i] for i in ids if i in found}
 
     def _scroll(
@@ -451,7 +352,7 @@ class QdrantStore(MemoryStore):
         if not ids or not self._has_memories():
             return []
         found: dict[str, MemoryRecord] = {}
-        for chunk in _chunks(sorted(set(ids))):
+        for chunk in chunks(sorted(set(ids))):
             narrowed = scope.model_copy(update={"ids": tuple(chunk)})
             # Defence in depth (SPEC L7): the filter already selects exactly these.
             matching = self._scan_records(qf.filter_for(narrowed))
@@ -462,7 +363,7 @@ class QdrantStore(MemoryStore):
         if not ids or not self._has_memories():
             return {}
         found: dict[str, Vector] = {}
-        for chunk in _chunks(sorted(set(ids))):
+        for chunk in chunks(sorted(set(ids))):
             narrowed = scope.model_copy(update={"ids": tuple(chunk)})
             where = qf.filter_for(narrowed)
             for point in self._scroll(self._memories, where, ["body"], with_vectors=[DENSE]):
@@ -486,10 +387,7 @@ class QdrantStore(MemoryStore):
 
     def search(self, query: SearchQuery) -> builtins.list[Candidate]:
         query = query.with_vector()
-        query.filter.require_user()
-        vector = query.vector if self._embedding is not None else None
-        if vector is not None:
-            self._check_vector(vector)
+        vector = self._search_vector(query)
         if query.candidates < 1 or not self._has_memories():
             return []
         where = qf.filter_for(query.filter)
@@ -506,13 +404,7 @@ class QdrantStore(MemoryStore):
         scores = [{str((p.payload or {})["id"]): p.score for p in a.points} for a in answers]
         cosine = scores[0] if vector is not None else {}
         keyword = scores[-1] if keywords is not None else {}
-        missing = sorted(set(keyword) - set(cosine))
-        if vector is not None and missing:
-            cosine.update(self._cosines(missing, vector))
-        return [
-            Candidate(memory_id, cosine.get(memory_id), keyword.get(memory_id))
-            for memory_id in sorted(set(cosine) | set(keyword))
-        ]
+        return candidates(cosine, keyword, vector, self._cosines)
 
     def _request(self, where: models.Filter, data: Any, using: str, limit: int) -> Any:
         # Local mode is always exact (and warns about search parameters).
@@ -586,11 +478,7 @@ class QdrantStore(MemoryStore):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+    def _release(self) -> None:
         if self.remote:
             self._client.close()
         else:

@@ -1,27 +1,25 @@
 """What the Qdrant store writes and asks, as pure functions: filters, points, keyword vectors.
 
 The terms that make ``Filter.metadata`` and ``Filter.reader_roles`` exact (Python's equality,
-SPEC L7's roles) are the Milvus store's: one canonical ``key=value`` term per scalar, a mark
-and one term per role, all in one keyword array (``meta_terms``).
+SPEC L7's roles) are the Milvus store's (``vectordb.fields``): one canonical ``key=value`` term
+per scalar, a mark and one term per role, all in one keyword array (``meta_terms``).
 
 Keyword vectors. A memory's keyword half is a sparse vector of BM25 term weights. Its words
-are analysed here, as the Milvus store does (``chatmem.text``'s words, stop words dropped,
-Porter stems), in the four fields of ``text.index_fields`` weighted as the SQLite store weighs
-them (text 1.0, previous turn 0.5, next turn 0.3, day 1.0). Each term's weight is BM25's
-saturated, length-normalised frequency ``tf (k1 + 1) / (tf + k1 (1 - b + b dl / AVG_DOC_TERMS))``
-with a fixed average length; the collection's sparse vector has Qdrant's IDF modifier, so
-Qdrant multiplies each matched term by its inverse document frequency at query time. A query
-is a vector of 1.0 per distinct term, so a hit's score is its BM25 score. A term's index is
-the first 32 bits of its BLAKE2b hash: two terms that share one count as one (among V
-distinct terms about V² / 2³³ pairs do: one pair at 90,000 terms).
+are analysed as the Milvus store's are (``vectordb.keywords``: ``chatmem.text``'s words, stop
+words dropped, Porter stems), in the four fields of ``text.index_fields`` weighted as the
+SQLite store weighs them (text 1.0, previous turn 0.5, next turn 0.3, day 1.0). Each term's
+weight is BM25's saturated, length-normalised frequency
+``tf (k1 + 1) / (tf + k1 (1 - b + b dl / AVG_DOC_TERMS))`` with a fixed average length; the
+collection's sparse vector has Qdrant's IDF modifier, so Qdrant multiplies each matched term
+by its inverse document frequency at query time. A query is a vector of 1.0 per distinct
+term, so a hit's score is its BM25 score. A term's index is the first 32 bits of its BLAKE2b
+hash: two terms that share one count as one (among V distinct terms about V² / 2³³ pairs do:
+one pair at 90,000 terms).
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import importlib
-import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -31,20 +29,22 @@ import numpy as np
 from qdrant_client.http import models
 
 from chatmem import text as textlib
-from chatmem.errors import ConfigError, ValidationError
 from chatmem.records import Filter, HistoryEntry, HistoryEvent, MemoryRecord, from_ms, utcnow
-from chatmem.stores.base import cursor_ms
-from chatmem.stores.milvus import (
-    OPEN_END,
-    OPEN_START,
+from chatmem.stores.vectordb.fields import (
     RESTRICTED_TERM,
     ROLE_TERM,
-    access_terms,
-    metadata_terms,
+    expires_ms,
+    history_fields,
+    memory_fields,
     ms_ceil,
     ms_floor,
     user_key,
+    value_term,
 )
+from chatmem.stores.vectordb.keywords import STEMMER as STEMMER
+from chatmem.stores.vectordb.keywords import KeywordAnalyzer
+from chatmem.stores.vectordb.order import decode_cursor as decode_cursor
+from chatmem.stores.vectordb.order import encode_cursor as encode_cursor
 
 #: Memory ids are free text; Qdrant's point ids are UUIDs. A memory's point id is the UUID5
 #: of its id in this namespace, and the payload keeps the id itself.
@@ -57,7 +57,9 @@ BM25_B = 0.75
 AVG_DOC_TERMS = 32.0
 #: Weights of ``text.index_fields``' fields: text, previous turn, next turn, day.
 FIELD_WEIGHTS = (1.0, 0.5, 0.3, 1.0)
-STEMMER = "porter"
+ANALYSIS = KeywordAnalyzer("Qdrant", "qdrant")
+#: The snowballstemmer module; a ConfigError naming the ``qdrant`` extra when it is missing.
+load_stemmer = ANALYSIS.load_stemmer
 
 #: A condition no memory meets (ids are never empty).
 NOTHING = models.FieldCondition(key="id", match=models.MatchValue(value=""))
@@ -87,10 +89,10 @@ def _range(key: str, **bounds: int) -> models.FieldCondition:
 
 
 def _metadata_condition(key: str, value: Any) -> models.Condition:
-    terms = metadata_terms({key: value})
-    if len(terms) < 2:  # a value no scalar equals (NaN)
+    term = value_term(key, value)
+    if term is None:  # a value no scalar equals (NaN)
         return NOTHING
-    has_term = _equals("meta_terms", terms[1])
+    has_term = _equals("meta_terms", term)
     if value is None:  # Python: a missing key equals None too.
         return models.Filter(
             should=[has_term, models.Filter(must_not=[_equals("meta_terms", key)])]
@@ -180,27 +182,10 @@ def history_filter(memory_id: str, scope: Filter) -> models.Filter:
 def memory_payload(record: MemoryRecord) -> dict[str, Any]:
     """A memory's payload: its filterable fields, its metadata terms and the record's JSON."""
     document = record.model_dump_json()
-    metadata = json.loads(document)["user_metadata"]  # as a reader will see it
-    time_info = record.time
-    return {
-        "id": record.id,
-        "user_key": user_key(record.tenant_id, record.user_id),
-        "tenant_id": record.tenant_id,
-        "user_id": record.user_id,
-        "agent_id": record.agent_id or "",
-        "project_id": record.project_id or "",
-        "session_id": record.session_id or "",
-        "type": record.type.value,
-        "scope": record.scope.value,
-        "created_at": ms_floor(time_info.created_at),
-        "valid_from": ms_floor(time_info.valid_from) if time_info.valid_from else OPEN_START,
-        "valid_to": ms_floor(time_info.valid_to) if time_info.valid_to else OPEN_END,
-        "expires_at": ms_floor(time_info.expires_at) if time_info.expires_at else OPEN_END,
-        "version": record.metadata.version,
-        "user_metadata": metadata,
-        "meta_terms": metadata_terms(metadata) + access_terms(record),
-        "body": document,
-    }
+    payload = memory_fields(record, document)
+    payload["expires_at"] = expires_ms(record)
+    payload["body"] = document
+    return payload
 
 
 def record_of(payload: dict[str, Any] | None, key: str = "body") -> MemoryRecord:
@@ -240,17 +225,10 @@ def history_point(
     subject = new or old
     assert subject is not None
     payload = {
-        "user_key": user_key(subject.tenant_id, subject.user_id),
-        "memory_id": subject.id,
-        "tenant_id": subject.tenant_id,
-        "user_id": subject.user_id,
-        "seq": seq,
-        "version": subject.metadata.version,
-        "event": event.value,
+        **history_fields(event, subject, seq, at),
         "old": old.model_dump_json() if old else None,
         "new": new.model_dump_json() if new else None,
         "reason": reason,
-        "at": ms_floor(at),
     }
     return models.PointStruct(id=str(uuid.uuid4()), vector={}, payload=payload)
 
@@ -278,22 +256,6 @@ def history_entries(points: Sequence[models.Record]) -> list[HistoryEntry]:
 # -- keyword vectors --------------------------------------------------------------------------
 
 
-def load_stemmer() -> Any:
-    """The snowballstemmer module; a ConfigError naming the extra when it is missing."""
-    try:
-        return importlib.import_module("snowballstemmer")
-    except ImportError as exc:
-        raise ConfigError(
-            "the Qdrant store needs snowballstemmer: pip install 'chatmem[qdrant]'"
-        ) from exc
-
-
-def _stems(words: Sequence[str]) -> list[str]:
-    # A stemmer object keeps state between words: one per call keeps this thread-safe.
-    stems: list[str] = load_stemmer().stemmer(STEMMER).stemWords(list(words))
-    return stems
-
-
 def term_index(term: str) -> int:
     """A term's index in the sparse vectors (32 bits of its hash)."""
     return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=4).digest(), "big")
@@ -309,11 +271,11 @@ def keyword_vector(record: MemoryRecord) -> models.SparseVector | None:
     frequency: dict[int, float] = {}
     length = 0.0
     for text, weight in zip(textlib.index_fields(record), FIELD_WEIGHTS, strict=True):
-        words = [w for w in textlib.words(text) if w not in textlib.STOP_WORDS]
-        for stem in _stems(words):
+        stems = ANALYSIS.document_stems(text)
+        for stem in stems:
             index = term_index(stem)
             frequency[index] = frequency.get(index, 0.0) + weight
-        length += weight * len(words)
+        length += weight * len(stems)
     if not frequency:
         return None
     norm = BM25_K1 * (1 - BM25_B + BM25_B * length / AVG_DOC_TERMS)
@@ -322,32 +284,10 @@ def keyword_vector(record: MemoryRecord) -> models.SparseVector | None:
 
 def keyword_query(text: str) -> models.SparseVector | None:
     """A query's distinct content terms, 1.0 each; None when it has none (stop words only)."""
-    stems = _stems(textlib.query_terms(text))
+    stems = ANALYSIS.query_stems(text)
     if not stems:
         return None
     return _sparse(dict.fromkeys((term_index(stem) for stem in stems), 1.0))
-
-
-# -- cursors ----------------------------------------------------------------------------------
-
-_NOT_A_CURSOR = "is not a cursor this store issued"
-
-
-def encode_cursor(created_ms: int, memory_id: str) -> str:
-    """Where the next page of a list starts: after this creation time and id."""
-    raw = json.dumps([created_ms, memory_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode("ascii")
-
-
-def decode_cursor(cursor: str) -> tuple[int, str]:
-    """The creation time and id of an ``encode_cursor`` cursor; ValidationError otherwise."""
-    try:
-        created_ms, memory_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-    except (ValueError, TypeError) as exc:
-        raise ValidationError(_NOT_A_CURSOR, field="cursor") from exc
-    if not isinstance(memory_id, str):
-        raise ValidationError(_NOT_A_CURSOR, field="cursor")
-    return cursor_ms(created_ms), memory_id
 
 
 # -- collections ------------------------------------------------------------------------------

@@ -136,29 +136,25 @@ class MilvusConnection:
             return StoreUnavailableError(f"Milvus at {self.uri!r} is unavailable: {exc.message}")
         return StoreError(f"Milvus error: {exc.message}")
 
-    def query(self, collection: str, expression: str, fields: list[str]) -> list[dict[str, Any]]:
-        """The rows matching ``expression`` that fit one query (ids, counts, a few rows)."""
+    def query(
+        self, collection: str, expression: str, fields: list[str], **extra: Any
+    ) -> list[dict[str, Any]]:
+        """The rows matching ``expression`` that one query returns (ids, counts, a few rows)."""
         rows = self.call(
             self.client.query,
             collection,
             filter=expression,
             output_fields=fields,
             consistency_level="Strong",
+            **extra,
         )
         return list(rows)
 
     def scan(self, collection: str, expression: str, fields: list[str]) -> list[dict[str, Any]]:
         """Every row matching ``expression``: one query, or an iterator past the query window."""
-        rows = self.call(
-            self.client.query,
-            collection,
-            filter=expression,
-            output_fields=fields,
-            limit=QUERY_WINDOW,
-            consistency_level="Strong",
-        )
+        rows = self.query(collection, expression, fields, limit=QUERY_WINDOW)
         if len(rows) < QUERY_WINDOW:
-            return list(rows)
+            return rows
         iterator = self.call(
             self.client.query_iterator,
             collection,
