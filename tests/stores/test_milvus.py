@@ -44,13 +44,13 @@ from tests.stores.helpers import record, unit_vector
 
 pytest.importorskip("pymilvus")
 
-from chatmem.stores.milvus import connection as milvus  # noqa: E402 - after the importorskip
 from chatmem.stores.milvus import (  # noqa: E402
     MAX_VARCHAR_BYTES,
     MilvusStore,
     filter_expression,
     literal,
 )
+from chatmem.stores.milvus import connection as milvus  # noqa: E402 - after the importorskip
 
 pytestmark = pytest.mark.milvus
 
