@@ -7,7 +7,7 @@ stores do the same things instead, and none of it needs a client library:
 - ``keywords``: the analysis of a memory's text and of a query for the BM25 keyword half;
 - ``order``: the order a list pages in (oldest first, ties by id) and its cursor;
 - ``writes``: read-then-write checks under a lock, and undoing what a failed batch wrote;
-- ``lifecycle``: the store's schema version, embedding binding, write lock and closing;
+- ``store``: ``VectorDBStore``, their schema version, embedding binding, write lock, closing;
 - ``hybrid``: a search's dense and keyword hits merged into candidates.
 """
 
