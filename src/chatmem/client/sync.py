@@ -2,70 +2,28 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Iterator
-from typing import IO, Concatenate, ParamSpec, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import IO
 
 import httpx
 
-from chatmem.client.calls import (
-    MAX_PAGE,
-    AdminCalls,
-    Call,
-    MemoryCalls,
-    SessionCalls,
-    jsonl_chunks,
-    with_self,
-)
-from chatmem.client.transport import DEFAULT_BASE_URL, RetryPolicy, SyncTransport
+from chatmem.client.calls import MAX_PAGE, MemoryCalls
+from chatmem.client.chunks import jsonl_chunks
+from chatmem.client.methods import AdminMethods, MemoryMethods, SessionMethods
+from chatmem.client.transport import Connection, SyncTransport
 from chatmem.long_term import OnConflict
 from chatmem.records import Filter, MemoryRecord, Page
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
-
-class _Part:
-    """A part of the client that sends over its transport."""
-
-    def __init__(self, transport: SyncTransport) -> None:
-        self._transport = transport
-
-
-def _sent(build: Callable[P, Call[R]]) -> Callable[Concatenate[_Part, P], R]:
-    """A method that sends the call ``build`` makes and returns what its answer says."""
-
-    def method(self: _Part, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._transport.send(build(*args, **kwargs))
-
-    functools.update_wrapper(method, build)
-    method.__signature__ = with_self(build)  # type: ignore[attr-defined]
-    return method
-
-
-class Sessions(_Part):
+class Sessions(SessionMethods[SyncTransport]):
     """``client.sessions``: short-term memory (``/v1/sessions``)."""
 
-    append = _sent(SessionCalls.append)
-    read = _sent(SessionCalls.read)
-    list = _sent(SessionCalls.list)
-    end = _sent(SessionCalls.end)
-    delete = _sent(SessionCalls.delete)
-    set_system = _sent(SessionCalls.set_system)
-    get_system = _sent(SessionCalls.get_system)
-    delete_system = _sent(SessionCalls.delete_system)
 
-
-class Admin(_Part):
+class Admin(AdminMethods[SyncTransport]):
     """``client.admin``: keys and tenants (``/v1/admin``), for the admin key."""
 
-    create_key = _sent(AdminCalls.create_key)
-    keys = _sent(AdminCalls.keys)
-    revoke_key = _sent(AdminCalls.revoke_key)
-    tenants = _sent(AdminCalls.tenants)
 
-
-class Client(_Part):
+class Client(MemoryMethods[SyncTransport, httpx.Client]):
     """The chatmem service's long-term memory with the methods of ``LongTermMemory``: the
     same names, arguments and return types, so moving from the embedded library to the
     service changes one line::
@@ -84,37 +42,14 @@ class Client(_Part):
     certificates and hooks apply, and ``close`` leaves it open).
     """
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_BASE_URL,
-        *,
-        api_key: str | None = None,
-        tenant_id: str | None = None,
-        timeout: float | httpx.Timeout = 30.0,
-        retry: RetryPolicy | None = None,
-        http_client: httpx.Client | None = None,
-    ) -> None:
-        super().__init__(
-            SyncTransport(
-                base_url,
-                api_key=api_key,
-                tenant_id=tenant_id,
-                retry=retry or RetryPolicy(),
-                timeout=timeout,
-                http_client=http_client,
-            )
-        )
-        self.sessions = Sessions(self._transport)
-        self.admin = Admin(self._transport)
+    sessions: Sessions
+    admin: Admin
 
-    add = _sent(MemoryCalls.add)
-    search = _sent(MemoryCalls.search)
-    get = _sent(MemoryCalls.get)
-    update = _sent(MemoryCalls.update)
-    delete = _sent(MemoryCalls.delete)
-    delete_all = _sent(MemoryCalls.delete_all)
-    history = _sent(MemoryCalls.history)
-    list = _sent(MemoryCalls.list)
+    def _connect(self, connection: Connection[httpx.Client]) -> SyncTransport:
+        transport = SyncTransport(connection)
+        self.sessions = Sessions(transport)
+        self.admin = Admin(transport)
+        return transport
 
     def pages(self, scope: Filter, *, limit: int = 100) -> Iterator[Page]:
         """Every page of ``list(scope)``, following the cursors; each is fetched as the
@@ -131,10 +66,6 @@ class Client(_Part):
         """Every memory ``scope`` matches, oldest first, a page fetched at a time."""
         for page in self.pages(scope, limit=page_size):
             yield from page.records
-
-    def count(self, scope: Filter) -> int:
-        """How many memories match ``scope`` (that the key may see), in one call."""
-        return self._transport.send(MemoryCalls.count(scope))
 
     def export_lines(self, scope: Filter) -> Iterator[str]:
         """One user's memories (``scope.user_id``, optional ``project_id``) as export

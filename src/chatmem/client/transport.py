@@ -22,15 +22,15 @@ import logging
 import random
 import re
 import time
-from collections.abc import AsyncIterable, Iterable, Mapping
+from collections.abc import AsyncIterable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import httpx
 import pydantic
 
-from chatmem.client.calls import IMPORT_PATH, TENANT_HEADER, Call, Safety
+from chatmem.client.calls.call import IMPORT_PATH, TENANT_HEADER, Call, Safety
 from chatmem.errors import (
     AuthenticationError,
     ChatmemError,
@@ -47,6 +47,7 @@ from chatmem.version import __version__
 
 logger = logging.getLogger("chatmem.client")
 
+P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080"
@@ -193,18 +194,33 @@ def base_headers(api_key: str | None) -> dict[str, str]:
 
 
 Content = Iterable[bytes] | AsyncIterable[bytes] | None
+H = TypeVar("H", httpx.Client, httpx.AsyncClient)
+
+
+@dataclass(frozen=True)
+class Connection(Generic[H]):
+    """Where and as whom a client talks to the service: the arguments of ``Client`` and
+    ``AsyncClient``, as their transport takes them."""
+
+    base_url: str
+    api_key: str | None
+    tenant_id: str | None
+    timeout: float | httpx.Timeout
+    retry: RetryPolicy
+    #: The caller's own HTTP client (None: the transport makes one, and closes it).
+    http_client: H | None
 
 
 class _Transport:
-    """What the sync and async transports share: where, who, and how to retry."""
+    """What the sync and async transports share: where, who, and how to retry, and what
+    to do when a try fails (the loops that try are theirs)."""
 
-    def __init__(
-        self, base_url: str, api_key: str | None, tenant_id: str | None, retry: RetryPolicy
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.tenant_id = tenant_id
-        self.retry = retry
-        self._headers = base_headers(api_key)
+    def __init__(self, connection: Connection[Any]) -> None:
+        self.base_url = connection.base_url.rstrip("/")
+        self.tenant_id = connection.tenant_id
+        self.retry = connection.retry
+        self._headers = base_headers(connection.api_key)
+        self._owned = connection.http_client is None
 
     def _build(
         self, http: httpx.Client | httpx.AsyncClient, call: Call[Any], content: Content
@@ -218,26 +234,43 @@ class _Transport:
             headers=headers_for(self._headers, call, self.tenant_id),
         )
 
-    def _log_retry(self, call: Call[Any], why: str, delay: float) -> None:
+    def _after_no_answer(self, call: Call[Any], attempt: int, error: httpx.TransportError) -> float:
+        """The wait before trying ``call`` again after it got no answer; raised as its
+        exception when it may not be tried again."""
+        if attempt >= self.retry.max_retries or not may_retry_error(call, error):
+            raise unreachable(call, error) from error
+        return self._waited(call, attempt, None, repr(error))
+
+    def _after_refusal(self, call: Call[Any], attempt: int, response: httpx.Response) -> float:
+        """The wait before trying ``call`` again after an error answer (read and closed);
+        raised as its exception when it may not be tried again."""
+        if attempt >= self.retry.max_retries or not may_retry_answer(call, response):
+            raise error_for(call, response)
+        return self._waited(call, attempt, response, f"HTTP {response.status_code}")
+
+    def _waited(
+        self, call: Call[Any], attempt: int, response: httpx.Response | None, why: str
+    ) -> float:
+        delay = self.retry.delay(attempt, response)
         logger.warning("%s %s: %s; trying again in %.2f s", call.method, call.path, why, delay)
+        return delay
 
 
 class SyncTransport(_Transport):
     """Sends calls over an ``httpx.Client`` (one it makes, or the caller's)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        api_key: str | None,
-        tenant_id: str | None,
-        retry: RetryPolicy,
-        timeout: float | httpx.Timeout,
-        http_client: httpx.Client | None,
-    ) -> None:
-        super().__init__(base_url, api_key, tenant_id, retry)
-        self._owned = http_client is None
-        self.http = http_client if http_client is not None else httpx.Client(timeout=timeout)
+    def __init__(self, connection: Connection[httpx.Client]) -> None:
+        super().__init__(connection)
+        given = connection.http_client
+        self.http = given if given is not None else httpx.Client(timeout=connection.timeout)
+
+    def sender(self, build: Callable[P, Call[R]]) -> Callable[P, R]:
+        """A function that sends the call ``build`` makes and returns what its answer says."""
+
+        def send(*args: P.args, **kwargs: P.kwargs) -> R:
+            return self.send(build(*args, **kwargs))
+
+        return send
 
     def send(self, call: Call[R], *, content: Iterable[bytes] | None = None) -> R:
         response = self.open(call, content=content)
@@ -255,19 +288,13 @@ class SyncTransport(_Transport):
             try:
                 response = self.http.send(self._build(self.http, call, content), stream=True)
             except httpx.TransportError as exc:
-                if attempt >= self.retry.max_retries or not may_retry_error(call, exc):
-                    raise unreachable(call, exc) from exc
-                delay = self.retry.delay(attempt, None)
-                self._log_retry(call, repr(exc), delay)
+                delay = self._after_no_answer(call, attempt, exc)
             else:
                 if response.status_code < 400:
                     return response
                 response.read()
                 response.close()
-                if attempt >= self.retry.max_retries or not may_retry_answer(call, response):
-                    raise error_for(call, response)
-                delay = self.retry.delay(attempt, response)
-                self._log_retry(call, f"HTTP {response.status_code}", delay)
+                delay = self._after_refusal(call, attempt, response)
             time.sleep(delay)
             attempt += 1
 
@@ -279,19 +306,18 @@ class SyncTransport(_Transport):
 class AsyncTransport(_Transport):
     """Sends calls over an ``httpx.AsyncClient`` (one it makes, or the caller's)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        api_key: str | None,
-        tenant_id: str | None,
-        retry: RetryPolicy,
-        timeout: float | httpx.Timeout,
-        http_client: httpx.AsyncClient | None,
-    ) -> None:
-        super().__init__(base_url, api_key, tenant_id, retry)
-        self._owned = http_client is None
-        self.http = http_client if http_client is not None else httpx.AsyncClient(timeout=timeout)
+    def __init__(self, connection: Connection[httpx.AsyncClient]) -> None:
+        super().__init__(connection)
+        given = connection.http_client
+        self.http = given if given is not None else httpx.AsyncClient(timeout=connection.timeout)
+
+    def sender(self, build: Callable[P, Call[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+        """A coroutine function that sends the call ``build`` makes."""
+
+        async def send(*args: P.args, **kwargs: P.kwargs) -> R:
+            return await self.send(build(*args, **kwargs))
+
+        return send
 
     async def send(self, call: Call[R], *, content: AsyncIterable[bytes] | None = None) -> R:
         response = await self.open(call, content=content)
@@ -311,19 +337,13 @@ class AsyncTransport(_Transport):
                 request = self._build(self.http, call, content)
                 response = await self.http.send(request, stream=True)
             except httpx.TransportError as exc:
-                if attempt >= self.retry.max_retries or not may_retry_error(call, exc):
-                    raise unreachable(call, exc) from exc
-                delay = self.retry.delay(attempt, None)
-                self._log_retry(call, repr(exc), delay)
+                delay = self._after_no_answer(call, attempt, exc)
             else:
                 if response.status_code < 400:
                     return response
                 await response.aread()
                 await response.aclose()
-                if attempt >= self.retry.max_retries or not may_retry_answer(call, response):
-                    raise error_for(call, response)
-                delay = self.retry.delay(attempt, response)
-                self._log_retry(call, f"HTTP {response.status_code}", delay)
+                delay = self._after_refusal(call, attempt, response)
             await asyncio.sleep(delay)
             attempt += 1
 
@@ -335,6 +355,7 @@ class AsyncTransport(_Transport):
 __all__ = [
     "DEFAULT_BASE_URL",
     "AsyncTransport",
+    "Connection",
     "RetryPolicy",
     "SyncTransport",
     "answer",
