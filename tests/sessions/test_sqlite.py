@@ -15,6 +15,7 @@ from chatmem.records import EmbeddingInfo, Entry, Filter
 from chatmem.sessions import SessionState, SQLiteSessionStore
 from chatmem.sessions.sqlite import MIGRATIONS, MIGRATIONS_TABLE
 from chatmem.stores import SQLiteStore
+from chatmem.stores.schema_versions import SCHEMA_TABLE, component_of
 from tests.sessions.helpers import append_under_contention, check_contended_log, message
 from tests.stores.helpers import record
 
@@ -76,7 +77,8 @@ def test_a_newer_session_schema_is_refused(tmp_path: Path) -> None:
     import pysqlite3.dbapi2 as sqlite3
 
     conn = sqlite3.connect(str(path))
-    conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} VALUES (?, 0)", (len(MIGRATIONS) + 1,))
+    newer = (component_of(MIGRATIONS_TABLE), len(MIGRATIONS) + 1)
+    conn.execute(f"INSERT INTO {SCHEMA_TABLE} VALUES (?, ?, 0)", newer)
     conn.commit()
     conn.close()
     with pytest.raises(StoreError, match="newer"):

@@ -2,6 +2,8 @@
 
 - :mod:`~chatmem.stores.sqlite.file`: ``SQLiteFile``, the file opened per thread, with
   retried writes and migrations (shared by every SQLite component of chatmem).
+- :mod:`~chatmem.stores.sqlite.heap`: the bound on SQLite's memory in the process, and
+  how much it holds now.
 - :mod:`~chatmem.stores.sqlite.schema`: the store's tables and migrations.
 - :mod:`~chatmem.stores.sqlite.filters`: a ``Filter`` in SQL.
 - :mod:`~chatmem.stores.sqlite.writes`: rows, vectors, keyword rows and history.

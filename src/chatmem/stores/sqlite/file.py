@@ -19,6 +19,7 @@ from chatmem.errors import StoreError, StoreUnavailableError, ValidationError
 from chatmem.records import to_ms, utcnow
 from chatmem.stores.gate import Gate
 from chatmem.stores.schema_versions import SCHEMA_TABLE, check_known, component_of, legacy_table
+from chatmem.stores.sqlite.heap import bound_heap
 
 try:  # The stdlib module of many Pythons cannot load extensions; pysqlite3 can.
     import pysqlite3.dbapi2 as sqlite3
@@ -73,6 +74,7 @@ class SQLiteFile:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self.retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            bound_heap(conn)
         except sqlite3.Error as exc:
             raise StoreUnavailableError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
         self._local.conn = conn
