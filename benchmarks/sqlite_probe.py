@@ -17,10 +17,11 @@ import threading
 import time
 from pathlib import Path
 
+from chatmem.cli import main as chatmem_main
+from chatmem.stores.sqlite.heap import heap_used
+
 
 def probe(path: Path, every_s: float = 1.0) -> None:
-    from chatmem.stores.sqlite.heap import heap_used
-
     while True:
         used = heap_used()
         line = f"{-1 if used is None else used} {threading.active_count()}\n"
@@ -32,7 +33,6 @@ def probe(path: Path, every_s: float = 1.0) -> None:
 def main() -> None:
     path = Path(sys.argv[1])
     threading.Thread(target=probe, args=(path,), daemon=True, name="sqlite-probe").start()
-    from chatmem.cli import main as chatmem_main
 
     sys.argv = ["chatmem", *sys.argv[2:]]
     chatmem_main()
