@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from chatmem.cli.options import expiry
 from chatmem.errors import ValidationError
-from chatmem.maintenance_cli import expiry
 from chatmem.records import utcnow
 
 
