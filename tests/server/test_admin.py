@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -46,7 +47,7 @@ def test_a_key_is_shown_once_and_acts_for_its_tenant(service: TestClient) -> Non
     assert body["tenant_id"] == "acme"
     assert body["roles"] == ["hr", "support"]
     assert body["name"] == "support bot"
-    assert body["created_at"] > 0
+    assert datetime.fromisoformat(body["created_at"]) > datetime(2000, 1, 1, tzinfo=UTC)
 
     listed = service.get("/v1/admin/keys", params={"tenant_id": "acme"}, headers=ADMIN)
     assert listed.status_code == 200

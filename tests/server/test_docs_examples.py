@@ -20,3 +20,17 @@ def test_the_documented_400_is_the_real_answer(service: TestClient) -> None:
     )
     assert answer.status_code == 400
     assert answer.json() == documented
+
+
+def test_the_documented_session_listing_has_the_real_shape(service: TestClient) -> None:
+    """The example of docs/service.md's "Times on the wire": the same fields, and the same
+    time format (the times themselves differ)."""
+    text = (DOCS / "service.md").read_text()
+    documented = json.loads(re.findall(r"```json\n(\{\"sessions\".*?)\n```", text, flags=re.S)[0])
+    said = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    service.post("/v1/sessions/trip/messages", json={"user_id": "alice", "messages": said})
+    answer = service.get("/v1/sessions", params={"user_id": "alice"}).json()
+    [real], [example] = answer["sessions"], documented["sessions"]
+    shape = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z$")
+    assert shape.match(example["updated_at"]) and shape.match(real["updated_at"])
+    assert {**real, "updated_at": example["updated_at"]} == example

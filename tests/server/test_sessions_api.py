@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -259,6 +260,7 @@ def test_ending_a_session_sends_a_signed_webhook(make_service: ServiceFactory) -
     assert not verify("another-secret-000", body, headers[SIGNATURE_HEADER])
     event = json.loads(body)
     assert event["event"] == "session.ended"
+    assert datetime.fromisoformat(event["created_at"]).utcoffset() == timedelta(0)  # ISO, UTC
     assert (event["tenant_id"], event["user_id"], event["session_id"]) == (
         "default",
         "alice",

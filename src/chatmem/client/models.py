@@ -1,15 +1,34 @@
-"""What the service answers about sessions and keys; memories come back as the library's own
-records (``MemoryRecord``, ``SearchResult``, ``Page``, ``HistoryEntry``).
+"""What the service answers about sessions and keys, defined once: the service sends these
+models and the client reads them. Memories come back as the library's own records
+(``MemoryRecord``, ``SearchResult``, ``Page``, ``HistoryEntry``).
 
-Times are milliseconds since the epoch, as the service sends them. Fields the service adds
-later are ignored, so an older client keeps working against a newer service.
+Every time is a ``datetime`` in UTC, sent as an ISO 8601 string
+(``"2026-11-24T10:15:30.123000Z"``), as the memory API sends its records' times. A time given
+as an integer is read as milliseconds since the epoch: the service builds these models from
+its stores' millisecond times, and a client reads a service older than that change. Fields
+the service adds later are ignored, so an older client keeps working against a newer
+service.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+
+from chatmem.records import from_ms
+
+
+def _from_ms(value: Any) -> Any:
+    """An integer time as milliseconds since the epoch; anything else as pydantic reads it."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return from_ms(value)
+    return value
+
+
+#: A time on the wire: an ISO 8601 UTC string (an integer is read as epoch milliseconds).
+WireTime = Annotated[datetime, BeforeValidator(_from_ms)]
 
 
 class _Answer(BaseModel):
@@ -17,19 +36,20 @@ class _Answer(BaseModel):
 
 
 class SessionInfo(_Answer):
-    """One of a user's sessions, as ``client.sessions.list`` gives it."""
+    """One of a user's sessions, as ``GET /v1/sessions`` lists it and
+    ``client.sessions.list`` gives it."""
 
     session_id: str
     #: Messages in the session.
     length: int
-    #: Milliseconds since the epoch of the last append.
-    updated_at: int
-    #: Milliseconds since the epoch; None while the session runs.
-    ended_at: int | None
+    #: When the session was last appended to.
+    updated_at: WireTime
+    #: None while the session runs.
+    ended_at: WireTime | None
 
 
 class SessionView(_Answer):
-    """A session's whole history and what of it the model sees now."""
+    """A session's whole history (S5) and what of it the model sees now."""
 
     session_id: str
     #: Every message, oldest first, in the format asked for.
@@ -41,7 +61,8 @@ class SessionView(_Answer):
     working_state: dict[str, Any] | None
     #: The episodic summary made when the session ended.
     episode: dict[str, Any] | None
-    ended_at: int | None
+    #: None while the session runs.
+    ended_at: WireTime | None
 
 
 class EndedSession(_Answer):
@@ -49,6 +70,7 @@ class EndedSession(_Answer):
 
     session_id: str
     length: int
+    #: The episodic summary of the whole session.
     summary: str | None
 
 
@@ -59,8 +81,8 @@ class ApiKey(_Answer):
     tenant_id: str
     roles: list[str]
     name: str | None
-    #: Milliseconds since the epoch (0 for a key of the service's config file).
-    created_at: int
+    #: The epoch (1970-01-01T00:00:00Z) for a key of the service's config file.
+    created_at: WireTime
     revoked: bool
     #: "config" (from the service's config file) or "api" (made by ``create_key``).
     source: str
@@ -74,7 +96,7 @@ class NewApiKey(_Answer):
     tenant_id: str
     roles: list[str]
     name: str | None
-    created_at: int
+    created_at: WireTime
 
 
 class TenantInfo(_Answer):
@@ -86,4 +108,12 @@ class TenantInfo(_Answer):
     revoked_keys: int
 
 
-__all__ = ["ApiKey", "EndedSession", "NewApiKey", "SessionInfo", "SessionView", "TenantInfo"]
+__all__ = [
+    "ApiKey",
+    "EndedSession",
+    "NewApiKey",
+    "SessionInfo",
+    "SessionView",
+    "TenantInfo",
+    "WireTime",
+]

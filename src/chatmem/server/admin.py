@@ -15,9 +15,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from chatmem.client.models import ApiKey, NewApiKey, TenantInfo, WireTime
 from chatmem.maintenance import Job
-from chatmem.server.app import AdminDep, ApiError, MemoryRuntimeDep, RuntimeDep
+from chatmem.records import from_ms
 from chatmem.server.auth import KeyInfo
+from chatmem.server.deps import AdminDep, MemoryRuntimeDep, RuntimeDep
+from chatmem.server.errors import ApiError
 from chatmem.server.maintenance import report_json
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -35,69 +38,38 @@ class CreateKey(BaseModel):
     name: str | None = Field(default=None, min_length=1, max_length=256)
 
 
-class Key(BaseModel):
+def _listed(info: KeyInfo) -> ApiKey:
     """A key as listed: its id, never the key itself."""
-
-    key_id: str
-    tenant_id: str
-    roles: list[str]
-    name: str | None
-    #: Milliseconds since the epoch (0 for a key of the config file).
-    created_at: int
-    revoked: bool
-    #: "config" (from the config file) or "api" (made here, revocable).
-    source: str
-
-    @classmethod
-    def of(cls, info: KeyInfo) -> Key:
-        return cls(
-            key_id=info.key_id,
-            tenant_id=info.tenant_id,
-            roles=info.roles,
-            name=info.name,
-            created_at=info.created_at,
-            revoked=info.revoked,
-            source=info.source,
-        )
-
-
-class NewKey(BaseModel):
-    """A key just made. ``key`` is shown here and never again."""
-
-    key: str
-    key_id: str
-    tenant_id: str
-    roles: list[str]
-    name: str | None
-    created_at: int
+    return ApiKey(
+        key_id=info.key_id,
+        tenant_id=info.tenant_id,
+        roles=info.roles,
+        name=info.name,
+        created_at=from_ms(info.created_at),
+        revoked=info.revoked,
+        source=info.source,
+    )
 
 
 class Keys(BaseModel):
-    keys: list[Key]
-
-
-class Tenant(BaseModel):
-    tenant_id: str
-    #: Keys that still work.
-    keys: int
-    revoked_keys: int
+    keys: list[ApiKey]
 
 
 class Tenants(BaseModel):
-    tenants: list[Tenant]
+    tenants: list[TenantInfo]
 
 
 @router.post("/keys", status_code=201)
-def create_key(body: CreateKey, runtime: RuntimeDep, _: AdminDep) -> NewKey:
+def create_key(body: CreateKey, runtime: RuntimeDep, _: AdminDep) -> NewApiKey:
     """Make a key for a tenant (the tenant exists once it has a key)."""
     key, info = runtime.keys.create(body.tenant_id, body.roles, body.name)
-    return NewKey(
+    return NewApiKey(
         key=key,
         key_id=info.key_id,
         tenant_id=info.tenant_id,
         roles=info.roles,
         name=info.name,
-        created_at=info.created_at,
+        created_at=from_ms(info.created_at),
     )
 
 
@@ -108,15 +80,15 @@ def list_keys(
     tenant_id: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
 ) -> Keys:
     """Every key, or one tenant's: config keys first, then by creation."""
-    return Keys(keys=[Key.of(info) for info in runtime.keys.keys(tenant_id)])
+    return Keys(keys=[_listed(info) for info in runtime.keys.keys(tenant_id)])
 
 
 @router.delete("/keys/{key_id}")
 def revoke_key(
     key_id: Annotated[str, Path(min_length=1, max_length=256)], runtime: RuntimeDep, _: AdminDep
-) -> Key:
+) -> ApiKey:
     """Revoke a key made through this API; its next request is refused (401)."""
-    return Key.of(runtime.keys.revoke(key_id))
+    return _listed(runtime.keys.revoke(key_id))
 
 
 @router.get("/tenants")
@@ -128,7 +100,7 @@ def list_tenants(runtime: RuntimeDep, _: AdminDep) -> Tenants:
         live_revoked[1 if info.revoked else 0] += 1
     return Tenants(
         tenants=[
-            Tenant(tenant_id=tenant, keys=live, revoked_keys=revoked)
+            TenantInfo(tenant_id=tenant, keys=live, revoked_keys=revoked)
             for tenant, (live, revoked) in sorted(counts.items())
         ]
     )
@@ -152,12 +124,13 @@ class MaintenanceRun(BaseModel):
 
 
 class JobLease(BaseModel):
-    """A job's lease: who runs it now (None: nobody) and when it is next due (ms)."""
+    """A job's lease: who runs it now (None: nobody), when it is next due, and when it last
+    ran and what that run did."""
 
     job: str
     holder: str | None
-    next_due_ms: int
-    last_ms: int | None
+    next_due_at: WireTime
+    last_run_at: WireTime | None
     last_result: dict[str, Any] | None
 
 
@@ -191,8 +164,8 @@ def maintenance_leases(_: AdminDep, runtime: MemoryRuntimeDep) -> JobLeases:
             JobLease(
                 job=lease.job,
                 holder=lease.holder,
-                next_due_ms=lease.next_due_ms,
-                last_ms=lease.last_ms,
+                next_due_at=from_ms(lease.next_due_ms),
+                last_run_at=from_ms(lease.last_ms) if lease.last_ms is not None else None,
                 last_result=json.loads(lease.last_result) if lease.last_result else None,
             )
             for lease in runtime.maintenance.leases.leases()

@@ -32,12 +32,13 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import start_http_server
 from pydantic import BaseModel
 
-from chatmem.version import __version__
-from chatmem.server.app import ApiError, RuntimeDep, key_of, principal_of
 from chatmem.server.auth import Principal
 from chatmem.server.config import MetricsSection, UpstreamSection
+from chatmem.server.deps import RuntimeDep, key_of, principal_of
+from chatmem.server.errors import ApiError
 from chatmem.server.metrics import CONTENT_TYPE
 from chatmem.server.runtime import Runtime
+from chatmem.version import __version__
 
 logger = logging.getLogger("chatmem.server")
 

@@ -32,8 +32,9 @@ from chatmem.records import (
     SearchResult,
     utcnow,
 )
-from chatmem.server.app import ApiError, MemoryRuntimeDep, ReaderDep
 from chatmem.server.auth import Reader
+from chatmem.server.deps import MemoryRuntimeDep, ReaderDep
+from chatmem.server.errors import ApiError
 
 router = APIRouter(prefix="/v1/memory", tags=["memory"])
 

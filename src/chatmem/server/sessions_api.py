@@ -15,11 +15,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, BackgroundTasks, Body, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from chatmem.client.models import EndedSession, SessionInfo, SessionView
 from chatmem.errors import NotFoundError
 from chatmem.formats import Format, parse_messages, render_message, render_messages
 from chatmem.messages import SessionKey
-from chatmem.server.app import ApiError, RuntimeDep, TenantDep
-from chatmem.server.chat import system_text_name
+from chatmem.records import from_ms
+from chatmem.server.deps import RuntimeDep, TenantDep
+from chatmem.server.errors import ApiError
+from chatmem.server.injection import system_text_name
 from chatmem.server.runtime import Runtime
 
 logger = logging.getLogger("chatmem.server.sessions")
@@ -56,39 +59,8 @@ class Appended(BaseModel):
     length: int
 
 
-class SessionView(BaseModel):
-    """A session's whole history (S5) and what of it the model sees now."""
-
-    session_id: str
-    messages: list[dict[str, Any]]
-    #: The running summary of the messages before ``window_start``, if any.
-    summary: dict[str, Any] | None
-    #: Index in ``messages`` of the first message still in the window.
-    window_start: int
-    working_state: dict[str, Any] | None
-    #: The episodic summary made when the session ended.
-    episode: dict[str, Any] | None
-    #: Milliseconds since the epoch; null while the session runs.
-    ended_at: int | None
-
-
-class SessionSummary(BaseModel):
-    session_id: str
-    length: int
-    #: Milliseconds since the epoch of the last append.
-    updated_at: int
-    ended_at: int | None
-
-
 class SessionList(BaseModel):
-    sessions: list[SessionSummary]
-
-
-class Ended(BaseModel):
-    session_id: str
-    length: int
-    #: The episodic summary of the whole session.
-    summary: str | None
+    sessions: list[SessionInfo]
 
 
 class SystemMemoryView(BaseModel):
@@ -132,7 +104,7 @@ def append_messages(
 def list_sessions(runtime: RuntimeDep, tenant_id: TenantDep, user_id: UserQuery) -> SessionList:
     """A user's sessions, most recently updated first."""
     infos = runtime.short_term.store.sessions(tenant_id, user_id)
-    return SessionList(sessions=[SessionSummary(**info._asdict()) for info in infos])
+    return SessionList(sessions=[SessionInfo(**info._asdict()) for info in infos])
 
 
 @router.get("/{session_id}")
@@ -156,7 +128,7 @@ def read_session(
         window_start=window.start,
         working_state=window.working_state,
         episode=render_message(state.episode, format) if state.episode else None,
-        ended_at=state.ended_at,
+        ended_at=from_ms(state.ended_at) if state.ended_at is not None else None,
     )
 
 
@@ -173,7 +145,7 @@ def end_session(
     tenant_id: TenantDep,
     body: Annotated[EndSession | None, Body()] = None,
     user_id: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
-) -> Ended:
+) -> EndedSession:
     """End the session: keep its episodic summary for the next one, queue its extraction,
     and send the ``session.ended`` webhook (queued; a slow receiver never delays this).
     The user is named in the body (``{"user_id": …}``, as for an append) or the query."""
@@ -185,7 +157,7 @@ def end_session(
     length = _existing(runtime, key)
     episode = runtime.end_session(key)
     summary = episode.content if episode is not None else None
-    return Ended(session_id=session_id, length=length, summary=summary)
+    return EndedSession(session_id=session_id, length=length, summary=summary)
 
 
 @router.delete("/{session_id}")

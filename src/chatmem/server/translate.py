@@ -33,8 +33,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chatmem.server.app import ApiError
-from chatmem.server.chat import check_length
+from chatmem.server.errors import ApiError
+from chatmem.server.turns import check_length
 
 #: The ``code`` of a 400 for a field chatmem cannot pass to a chat-completions upstream.
 UNSUPPORTED = "unsupported_parameter"

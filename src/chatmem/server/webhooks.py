@@ -29,18 +29,22 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import httpx
+from pydantic import TypeAdapter
 
 from chatmem.errors import StoreError
-from chatmem.records import new_id
+from chatmem.records import new_id, utcnow
 from chatmem.server.config import WebhookTarget
 from chatmem.server.metrics import Metrics
 from chatmem.stores.sqlite import SQLiteFile
 
 logger = logging.getLogger("chatmem.server.webhooks")
+#: An event's ``created_at``: ISO 8601 UTC, as every time the service sends.
+_TIME = TypeAdapter(datetime)
 
 SIGNATURE_HEADER = "X-Chatmem-Signature"
 #: A signature older than this is refused by :func:`verify`.
@@ -292,7 +296,8 @@ class WebhookSender:
 
     def send(self, event: dict[str, Any]) -> bool:
         """Queue an event (never waits on the receiver); False when it was dropped."""
-        payload = {"id": "evt_" + new_id(), "created_at": int(time.time()), **event}
+        created_at = _TIME.dump_python(utcnow(), mode="json")
+        payload = {"id": "evt_" + new_id(), "created_at": created_at, **event}
         body = json.dumps(payload, separators=(",", ":")).encode()
         try:
             queued = self._deliveries.add(payload["id"], body, time.time())
