@@ -25,9 +25,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from chatmem.errors import ValidationError
-from chatmem.server.app import ApiError, error_response, principal_of, tenant_of
 from chatmem.server.auth import Reader
-from chatmem.server.chat import USER_HEADER
+from chatmem.server.deps import principal_of, tenant_of
+from chatmem.server.errors import ApiError, error_response
+from chatmem.server.injection import USER_HEADER
 from chatmem.server.runtime import Runtime
 
 if TYPE_CHECKING:
