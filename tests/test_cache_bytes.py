@@ -15,8 +15,8 @@ import pytest
 
 from chatmem import LocalEmbedder
 from chatmem.caches import ENTRY_OVERHEAD, LRUCache, MiB, size_of
-from chatmem.context import Packer
 from chatmem.formats import render_message
+from chatmem.memory.context import Packer
 from chatmem.messages import Message, Role, SessionKey
 from chatmem.server import Runtime, ServiceConfig
 from chatmem.server.response_store import ResponseStore, StoredResponse

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from chatmem import Filter, LongTermMemory, MemoryRecord, MemoryType, RelationType, Source
-from chatmem.consolidation import (
+from chatmem.errors import LLMUnavailableError, ValidationError
+from chatmem.long_term.consolidation import (
     MAX_SUMMARY_CHARS,
     PATTERN_KEY,
     SUMMARY_KEY,
@@ -19,7 +20,6 @@ from chatmem.consolidation import (
     find_patterns,
     reflect,
 )
-from chatmem.errors import LLMUnavailableError, ValidationError
 from chatmem.records import utcnow
 from chatmem.testing import ScriptedChatModel
 

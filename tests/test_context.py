@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chatmem.context import BlockItems, Packer, memory_text
 from chatmem.formats import render_message
+from chatmem.memory.context import BlockItems, Packer, memory_text
 from chatmem.messages import Message, Role
 from chatmem.tokens import TRUNCATION_MARKER, default_counter, request_tokens
 

@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chatmem import Filter, LongTermMemory, MemoryRecord
-from chatmem.decay import (
+from chatmem.errors import ValidationError
+from chatmem.long_term.decay import (
     HalfLives,
     enforce_quota,
     is_pinned,
     score_of,
     sweep_decay,
 )
-from chatmem.errors import ValidationError
 from chatmem.ranking import DEFAULT_HALF_LIFE_S, decay_score
 from chatmem.records import HistoryEvent
 

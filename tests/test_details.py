@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatmem.details import Details, agree, details_of
+from chatmem.long_term.details import Details, agree, details_of
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from chatmem import LocalEmbedder
-from chatmem.decay import EXPIRED_REASON, sweep_decay
 from chatmem.errors import NotFoundError, ValidationError
 from chatmem.long_term import LongTermMemory
+from chatmem.long_term.decay import EXPIRED_REASON, sweep_decay
 from chatmem.records import Filter, HistoryEvent, utcnow
 
 

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatmem import LocalEmbedder, LongTermMemory
-from chatmem.blocks import FactExtractionBlock, StaticBlock, VectorBlock
 from chatmem.errors import ValidationError
 from chatmem.extraction.base import Fact
 from chatmem.memory import Memory
+from chatmem.memory.blocks import FactExtractionBlock, StaticBlock, VectorBlock
 from chatmem.messages import Message, SessionKey
 from chatmem.records import Filter
 from chatmem.sessions.memory import InMemorySessionStore

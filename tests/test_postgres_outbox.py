@@ -19,12 +19,12 @@ pytestmark = pytest.mark.postgres
 
 psycopg = pytest.importorskip("psycopg")
 
-from chatmem.postgres_outbox import (  # noqa: E402 - after the skip when psycopg is absent
+from chatmem.stores.postgres_db import PostgresDatabase  # noqa: E402
+from chatmem.worker.postgres import (  # noqa: E402 - after the skip when psycopg is absent
     HOST,
     PostgresOutbox,
     lease_of_dead_local_process,
 )
-from chatmem.stores.postgres_db import PostgresDatabase  # noqa: E402
 
 
 @pytest.fixture

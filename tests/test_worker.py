@@ -121,8 +121,8 @@ def outbox_and_clock(
 
 def _postgres_outbox(request: pytest.FixtureRequest, **options: Any) -> Outbox:
     """A PostgreSQL outbox in a schema of its own (dropped after the test)."""
-    from chatmem.postgres_outbox import PostgresOutbox
     from chatmem.stores.postgres_db import PostgresDatabase
+    from chatmem.worker.postgres import PostgresOutbox
 
     uri = request.getfixturevalue("postgres_uri")
     database = PostgresDatabase(uri, schema=request.getfixturevalue("pg_schema"), pool_size=4)

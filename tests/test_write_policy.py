@@ -24,11 +24,7 @@ from chatmem import (
 )
 from chatmem.errors import LLMUnavailableError
 from chatmem.extraction.base import Fact
-from chatmem.messages import SessionKey
-from chatmem.records import EmbeddingInfo, Entry, HistoryEvent, utcnow
-from chatmem.stores import SQLiteStore
-from chatmem.testing import ScriptedChatModel
-from chatmem.write_policy import (
+from chatmem.long_term.write_policy import (
     BATCH_KEY,
     DECISION_PROMPT,
     FACTS_KEY,
@@ -52,6 +48,10 @@ from chatmem.write_policy import (
     subject_key,
     values_differ,
 )
+from chatmem.messages import SessionKey
+from chatmem.records import EmbeddingInfo, Entry, HistoryEvent, utcnow
+from chatmem.stores import SQLiteStore
+from chatmem.testing import ScriptedChatModel
 
 KEY = SessionKey("default", "anna", "s1")
 CONFIG = WriteConfig()

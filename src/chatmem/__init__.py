@@ -1,9 +1,6 @@
 """chatmem: a memory layer for chat agents that runs offline."""
 
-from chatmem.blocks import FactExtractionBlock, MemoryBlock, StaticBlock, VectorBlock
 from chatmem.client import AsyncClient, Client
-from chatmem.consolidation import consolidate, reflect
-from chatmem.decay import enforce_quota, sweep_decay
 from chatmem.embeddings import Embedder, LocalEmbedder, OpenAIEmbedder
 from chatmem.errors import (
     AuthenticationError,
@@ -25,7 +22,11 @@ from chatmem.errors import (
 from chatmem.extraction import Extractor, Fact, LLMExtractor, OfflineExtractor
 from chatmem.llm import ChatModel, ModelConfig, ModelRegistry, ModelRole, OpenAIChatModel
 from chatmem.long_term import AsyncLongTermMemory, LongTermMemory
+from chatmem.long_term.consolidation import consolidate, reflect
+from chatmem.long_term.decay import enforce_quota, sweep_decay
+from chatmem.long_term.write_policy import WriteConfig, WritePolicy, WriteReport
 from chatmem.memory import Extraction, Memory
+from chatmem.memory.blocks import FactExtractionBlock, MemoryBlock, StaticBlock, VectorBlock
 from chatmem.messages import Message, MessageMetadata, MessageSource, Role, SessionKey
 from chatmem.ranking import RankingConfig
 from chatmem.records import (
@@ -74,7 +75,6 @@ from chatmem.worker import (
     Triggers,
     Worker,
 )
-from chatmem.write_policy import WriteConfig, WritePolicy, WriteReport
 
 __all__ = [
     "AccessControl",

@@ -10,10 +10,10 @@ import pytest
 from chatmem import Filter, LongTermMemory
 from chatmem.extraction import Extractor, Fact, OfflineExtractor
 from chatmem.extraction.offline import sentences
+from chatmem.long_term.write_policy import WritePolicy
 from chatmem.messages import Message, SessionKey
 from chatmem.records import MemoryType, Source, to_ms
 from chatmem.retrieval import Retriever
-from chatmem.write_policy import WritePolicy
 
 # A Monday: "last Friday" is 5 May, "next Friday" 12 May.
 SAID_AT = to_ms(datetime(2023, 5, 8, 13, 56, tzinfo=UTC))

@@ -20,10 +20,10 @@ from chatmem.extraction.poisoning import (
     claims_wrongdoing_by_others,
     views,
 )
+from chatmem.long_term.write_policy import WriteConfig, WritePolicy, screen
 from chatmem.messages import Message, Role, SessionKey
 from chatmem.records import MemoryType
 from chatmem.stores import SQLiteStore
-from chatmem.write_policy import WriteConfig, WritePolicy, screen
 
 
 def flagged(text: str) -> str | None:

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from chatmem import LocalEmbedder
 from chatmem.errors import ConflictError
 from chatmem.long_term import LongTermMemory
-from chatmem.maintenance import Job
+from chatmem.long_term.maintenance import Job
 from chatmem.records import Filter, HistoryEvent, utcnow
 from chatmem.server import Runtime, ServiceConfig
 from chatmem.server.leases import JobLeases, LocalLeases, PostgresLeases, SQLiteLeases

@@ -15,8 +15,8 @@ import typer
 from chatmem.cli.console import out, print_json
 from chatmem.cli.options import given
 from chatmem.cli.store import open_memory
-from chatmem.decay import DEFAULT_THRESHOLD
-from chatmem.maintenance import Job, JobOptions, JobReport, run_job
+from chatmem.long_term.decay import DEFAULT_THRESHOLD
+from chatmem.long_term.maintenance import Job, JobOptions, JobReport, run_job
 
 JobUserOption = Annotated[str | None, typer.Option("--user", "-u", help="Only this user.")]
 JobTenantOption = Annotated[

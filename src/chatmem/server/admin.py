@@ -16,7 +16,7 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from chatmem.client.models import ApiKey, NewApiKey, TenantInfo, WireTime
-from chatmem.maintenance import Job
+from chatmem.long_term.maintenance import Job
 from chatmem.records import from_ms
 from chatmem.server.auth import KeyInfo
 from chatmem.server.deps import AdminDep, MemoryRuntimeDep, RuntimeDep

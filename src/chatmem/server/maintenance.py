@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from chatmem.errors import ChatmemError, ConflictError
 from chatmem.llm.base import ChatModel, ModelRole
 from chatmem.long_term import LongTermMemory
-from chatmem.maintenance import Job, JobOptions, JobReport, run_job
+from chatmem.long_term.maintenance import Job, JobOptions, JobReport, run_job
 from chatmem.messages import now_ms
 from chatmem.server.config import MaintenanceSection
 from chatmem.server.leases import JobLeases, LocalLeases, PostgresLeases, SQLiteLeases

@@ -18,8 +18,8 @@ from chatmem.server.webhooks import DeliveryClaim
 from chatmem.stores.postgres_db import SERVICE_SCHEMA, PostgresDatabase, PostgresTables
 
 if TYPE_CHECKING:
-    from chatmem.postgres_outbox import PostgresOutbox
     from chatmem.sessions.postgres import PostgresSessionStore
+    from chatmem.worker.postgres import PostgresOutbox
 
 KEY_MIGRATIONS: tuple[str, ...] = (
     """
@@ -272,7 +272,7 @@ class PostgresState:
         return PostgresDeliveries(self.database, url)
 
     def outbox(self) -> PostgresOutbox:
-        from chatmem.postgres_outbox import PostgresOutbox
+        from chatmem.worker.postgres import PostgresOutbox
 
         return PostgresOutbox(self.database)
 

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Self
 
-from chatmem.decay import enforce_quota
 from chatmem.errors import ChatmemError, LLMError, ValidationError
 from chatmem.extraction.base import Extractor
 from chatmem.long_term import LongTermMemory
+from chatmem.long_term.decay import enforce_quota
+from chatmem.long_term.write_policy import WritePolicy, WriteReport
 from chatmem.messages import Message, SessionKey
 from chatmem.worker.batch import Batch, BatchState
 from chatmem.worker.outbox import Outbox
-from chatmem.write_policy import WritePolicy, WriteReport
 
 logger = logging.getLogger("chatmem.worker")
 

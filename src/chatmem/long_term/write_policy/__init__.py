@@ -52,7 +52,7 @@ One log line per batch (logger ``chatmem.write_policy``):
 
 from __future__ import annotations
 
-from chatmem.write_policy.decision import (
+from chatmem.long_term.write_policy.decision import (
     Action,
     Decision,
     Existing,
@@ -66,7 +66,7 @@ from chatmem.write_policy.decision import (
     subject_key,
     values_differ,
 )
-from chatmem.write_policy.memories import (
+from chatmem.long_term.write_policy.memories import (
     BATCH_KEY,
     FACTS_KEY,
     SUBJECT_KEY,
@@ -77,13 +77,13 @@ from chatmem.write_policy.memories import (
     memory_id,
     updated_record,
 )
-from chatmem.write_policy.model_advice import (
+from chatmem.long_term.write_policy.model_advice import (
     DECISION_PROMPT,
     Question,
     decision_request,
     parse_decisions,
 )
-from chatmem.write_policy.policy import WritePolicy, WriteReport
+from chatmem.long_term.write_policy.policy import WritePolicy, WriteReport
 
 __all__ = [
     "BATCH_KEY",

@@ -9,11 +9,11 @@ from datetime import datetime
 from typing import NamedTuple
 
 from chatmem.extraction.base import Fact
+from chatmem.long_term.write_policy.decision import SPECIFICITY, Existing, WriteConfig, subject_key
+from chatmem.long_term.write_policy.memories import SUBJECT_KEY, is_current
 from chatmem.records import Filter, MemoryRecord, Vector
 from chatmem.stores import MemoryStore
 from chatmem.stores.base import SearchQuery
-from chatmem.write_policy.decision import SPECIFICITY, Existing, WriteConfig, subject_key
-from chatmem.write_policy.memories import SUBJECT_KEY, is_current
 
 
 class Candidates(NamedTuple):

@@ -43,6 +43,7 @@ from chatmem.errors import LLMError, ValidationError
 from chatmem.llm.base import ChatModel
 from chatmem.llm.jsonfix import complete_json
 from chatmem.long_term.facade import LongTermMemory
+from chatmem.long_term.write_policy import SUBJECT_KEY, is_current
 from chatmem.records import (
     Filter,
     MemoryRecord,
@@ -52,7 +53,6 @@ from chatmem.records import (
     utcnow,
 )
 from chatmem.stores.base import Change
-from chatmem.write_policy import SUBJECT_KEY, is_current
 
 logger = logging.getLogger("chatmem.consolidation")
 

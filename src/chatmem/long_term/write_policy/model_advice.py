@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatmem.extraction.base import Fact
-from chatmem.write_policy.decision import Action, Decision, Existing
+from chatmem.long_term.write_policy.decision import Action, Decision, Existing
 
 #: The system message of the batched write decision. The user message lists each new fact
 #: with the existing memories it may touch (see :func:`decision_request`).

@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from chatmem.condense import SUMMARY_PREFIX
 from chatmem.errors import ChatmemError, ValidationError
 from chatmem.extraction.base import Extractor, Fact
 from chatmem.llm.base import ChatModel
 from chatmem.messages import Message, Role, SessionKey
 from chatmem.records import Filter, MemoryType
 from chatmem.sessions.base import SessionStore
+from chatmem.short_term.condense import SUMMARY_PREFIX
 
 if TYPE_CHECKING:
     from chatmem.long_term import LongTermMemory

@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from chatmem.consolidation import consolidate, reflect
-from chatmem.decay import DEFAULT_THRESHOLD, SweepReport, enforce_quota, sweep_decay
 from chatmem.errors import ValidationError
 from chatmem.llm.base import ChatModel
+from chatmem.long_term.consolidation import consolidate, reflect
+from chatmem.long_term.decay import DEFAULT_THRESHOLD, SweepReport, enforce_quota, sweep_decay
 from chatmem.long_term.facade import LongTermMemory
 
 logger = logging.getLogger("chatmem.maintenance")

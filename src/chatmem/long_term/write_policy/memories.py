@@ -13,9 +13,9 @@ from typing import Any
 
 from chatmem import text as textlib
 from chatmem.extraction.base import Fact
+from chatmem.long_term.write_policy.decision import subject_key
 from chatmem.messages import SessionKey
 from chatmem.records import MemoryRecord, RelationType
-from chatmem.write_policy.decision import subject_key
 
 #: ``user_metadata`` keys the policy writes: what the memory is about (normalised), and the
 #: batch that last wrote it with the indexes of that batch's facts it holds.

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from chatmem.details import agree, details_of
 from chatmem.errors import ValidationError
 from chatmem.extraction.base import Fact
 from chatmem.extraction.poisoning import is_instruction_to_model
+from chatmem.long_term.details import agree, details_of
 from chatmem.records import MemoryRecord, MemoryType, Vector
 
 logger = logging.getLogger("chatmem.write_policy")

@@ -17,6 +17,31 @@ from chatmem.extraction.poisoning import as_claim
 from chatmem.llm.base import ChatModel
 from chatmem.llm.jsonfix import complete_json
 from chatmem.long_term.facade import LongTermMemory
+from chatmem.long_term.write_policy.candidates import Candidates, CandidateSearch, all_records
+from chatmem.long_term.write_policy.decision import (
+    Action,
+    Decision,
+    WriteConfig,
+    decide,
+    duplicates,
+    restated_across_types,
+    screen,
+)
+from chatmem.long_term.write_policy.memories import (
+    BATCH_KEY,
+    FACTS_KEY,
+    close_time,
+    closed_record,
+    created_record,
+    is_current,
+    updated_record,
+)
+from chatmem.long_term.write_policy.model_advice import (
+    DECISION_PROMPT,
+    Question,
+    decision_request,
+    parse_decisions,
+)
 from chatmem.messages import SessionKey
 from chatmem.records import (
     EmbeddingInfo,
@@ -29,31 +54,6 @@ from chatmem.records import (
     utcnow,
 )
 from chatmem.stores.base import Change
-from chatmem.write_policy.candidates import Candidates, CandidateSearch, all_records
-from chatmem.write_policy.decision import (
-    Action,
-    Decision,
-    WriteConfig,
-    decide,
-    duplicates,
-    restated_across_types,
-    screen,
-)
-from chatmem.write_policy.memories import (
-    BATCH_KEY,
-    FACTS_KEY,
-    close_time,
-    closed_record,
-    created_record,
-    is_current,
-    updated_record,
-)
-from chatmem.write_policy.model_advice import (
-    DECISION_PROMPT,
-    Question,
-    decision_request,
-    parse_decisions,
-)
 
 logger = logging.getLogger("chatmem.write_policy")
 

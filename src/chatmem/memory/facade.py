@@ -20,11 +20,11 @@ from typing import Any
 
 import pydantic
 
-from chatmem.blocks import BlockRequest, MemoryBlock
-from chatmem.context import BlockItems, InsertMethod, Packer
 from chatmem.errors import ValidationError
 from chatmem.formats import Format, Interrupted, Mode, parse_messages, render_message
 from chatmem.llm.base import ChatModel
+from chatmem.memory.blocks import BlockRequest, MemoryBlock
+from chatmem.memory.context import BlockItems, InsertMethod, Packer
 from chatmem.messages import Message, MessageMetadata, Role, SessionKey
 from chatmem.records import validation_error
 from chatmem.sessions.base import SessionState, SessionStore

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from chatmem.caches import LRUCache, MiB, size_of
-from chatmem.condense import summarize, update_state
 from chatmem.errors import ConflictError, ValidationError
 from chatmem.llm.base import ChatModel
 from chatmem.messages import Message, Role, SessionKey, now_ms
 from chatmem.sessions.base import SessionState, SessionStore
 from chatmem.sessions.memory import InMemorySessionStore
+from chatmem.short_term.condense import summarize, update_state
 from chatmem.tokens import TokenCounter, default_counter
 
 log = logging.getLogger("chatmem.short_term")
