@@ -31,10 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from chatmem import LocalEmbedder, LongTermMemory
-from chatmem.blocks import FactExtractionBlock, StaticBlock, VectorBlock
 from chatmem.extraction.base import Fact
 from chatmem.formats import render_message
 from chatmem.memory import Memory
+from chatmem.memory.blocks import FactExtractionBlock, StaticBlock, VectorBlock
 from chatmem.stores import SQLiteStore
 from chatmem.tokens import default_counter, message_tokens
 

@@ -32,11 +32,11 @@ from chatmem.extraction.llm import LLMExtractor
 from chatmem.extraction.offline import OfflineExtractor
 from chatmem.extraction.prompts import EXTRACTION_PROMPT
 from chatmem.llm.client import ModelConfig, OpenAIChatModel
+from chatmem.long_term.write_policy import WritePolicy
 from chatmem.messages import Message, Role, SessionKey
 from chatmem.stores import SQLiteStore
 from chatmem.testing import ScriptedOpenAIServer
 from chatmem.worker import BatchState, SQLiteOutbox, Worker
-from chatmem.write_policy import WritePolicy
 
 TURNS_PER_BATCH = 10
 

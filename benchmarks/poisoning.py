@@ -48,10 +48,10 @@ from chatmem.extraction.poisoning import (  # noqa: E402
     CLAIM_TAG,
     claims_wrongdoing_by_others,
 )
+from chatmem.long_term.write_policy import WritePolicy  # noqa: E402
 from chatmem.messages import Message, Role, SessionKey  # noqa: E402
 from chatmem.records import MemoryRecord  # noqa: E402
 from chatmem.stores import SQLiteStore  # noqa: E402
-from chatmem.write_policy import WritePolicy  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "poisoning"
 SPLITS = ("dev", "heldout")

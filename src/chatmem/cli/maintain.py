@@ -1,6 +1,6 @@
 """``chatmem maintain``: run a lifecycle job now over the chosen store (SPEC L5, L8, L10).
 
-It runs the jobs of :mod:`chatmem.maintenance` directly on the store, with no lease: a
+It runs the jobs of :mod:`chatmem.long_term.maintenance` directly on the store, with no lease: a
 service on the same store may be running the same job meanwhile, which the decay sweep and
 quotas tolerate (they re-read what they delete) but consolidation would do twice; use
 ``POST /v1/admin/maintenance/{job}`` against a running service instead.

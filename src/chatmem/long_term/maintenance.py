@@ -1,8 +1,8 @@
 """The lifecycle jobs, run over whole tenants: the decay sweep and TTL expiry (SPEC L5),
 quotas (L8), consolidation and reflection (L10).
 
-Each job here is the library's own function (:mod:`chatmem.decay`,
-:mod:`chatmem.consolidation`) applied to every user of the tenants given, or to one user.
+Each job here is the library's own function (:mod:`chatmem.long_term.decay`,
+:mod:`chatmem.long_term.consolidation`) applied to every user of the tenants given, or to one user.
 Users come from ``MemoryStore.users``. A job checks ``stop`` between users, so a service
 that is stopping (or a lease that was lost) ends it after the user in hand; what it did so
 far is reported, with ``stopped`` set.

@@ -107,7 +107,7 @@ def list_tenants(runtime: RuntimeDep, _: AdminDep) -> Tenants:
 
 
 class MaintenanceRun(BaseModel):
-    """What one run of a lifecycle job did (``chatmem.maintenance.JobReport``)."""
+    """What one run of a lifecycle job did (``chatmem.long_term.maintenance.JobReport``)."""
 
     job: Job
     tenants: list[str]

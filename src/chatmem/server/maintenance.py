@@ -2,7 +2,8 @@
 
 :class:`Maintenance` belongs to the ``Runtime``: a background thread that wakes every
 ``tick_s``, and for each scheduled job that is due takes its lease
-(:mod:`chatmem.server.leases`), runs it over every tenant (:func:`chatmem.maintenance.run_job`)
+(:mod:`chatmem.server.leases`), runs it over every tenant
+(:func:`chatmem.long_term.maintenance.run_job`)
 and releases it with the next due time, ``interval`` after the run's start. A job that
 raises is logged and tried again at its next interval. While a job runs its lease is
 renewed between users; a lease lost (this replica stalled past ``lease_minutes``, and

@@ -4,7 +4,7 @@ deliveries, shared by every replica of a deployment whose memory store is Postgr
 Each is a table set of the ``chatmem_service`` schema (see
 :mod:`chatmem.stores.postgres_db`) with its own append-only migrations table, and implements
 the interface its SQLite twin does (``KeyTable``, ``ResponseTable``, ``Deliveries``). The
-outbox (:mod:`chatmem.postgres_outbox`) and sessions (:mod:`chatmem.sessions.postgres`) live
+outbox (:mod:`chatmem.worker.postgres`) and sessions (:mod:`chatmem.sessions.postgres`) live
 in the same schema.
 """
 

@@ -23,7 +23,7 @@ The outbox's guarantees:
 
 Applying a batch twice (a crash between the writes and ``complete``) writes nothing twice:
 the write policy derives memory ids from (batch id, fact index) and marks what each batch
-wrote (see :mod:`chatmem.write_policy`), since the memories may live in another database
+wrote (see :mod:`chatmem.long_term.write_policy`), since the memories may live in another database
 than the outbox and cannot share its transaction.
 
 :class:`ExtractionScheduler` decides *when* to enqueue (SPEC L3 triggers): every N user
@@ -38,7 +38,7 @@ The package, one concept a module:
   batches), pure functions every outbox uses;
 - :mod:`~chatmem.worker.outbox`: the ``Outbox`` interface and ``InMemoryOutbox``;
 - :mod:`~chatmem.worker.sql_outbox`: the outbox over an SQL table, written once;
-  :mod:`~chatmem.worker.sqlite` (``SQLiteOutbox``) and :mod:`chatmem.postgres_outbox`
+  :mod:`~chatmem.worker.sqlite` (``SQLiteOutbox``) and :mod:`chatmem.worker.postgres`
   give it their SQL;
 - :mod:`~chatmem.worker.loop`: the ``Worker``;
 - :mod:`~chatmem.worker.triggers` and :mod:`~chatmem.worker.scheduler`: when to enqueue.

@@ -14,7 +14,7 @@ Every fact of a batch, in order, is
    the future): the nearest by vector, and those with the same ``subject``; and with the
    nearest of the other fact types;
 3. **decided** (:func:`decide`, pure). A restatement must keep the old memory's *details*
-   (numbers, codes, names, dates: :mod:`chatmem.details`), so "visited the museum CHT29X"
+   (numbers, codes, names, dates: :mod:`chatmem.long_term.details`), so "visited the museum CHT29X"
    never replaces "… CHT77X", however close their vectors:
 
    - same subject, same value (their shared structured values agree) and the details

@@ -127,7 +127,7 @@ def _norm(value: Any) -> str:
 
 def keeps_details(fact: Fact, record: MemoryRecord) -> bool:
     """Whether ``fact`` could restate ``record`` without losing or changing a number, code,
-    name or date of it (:func:`chatmem.details.agree`)."""
+    name or date of it (:func:`chatmem.long_term.details.agree`)."""
     return agree(details_of(fact.text), details_of(record.content.raw))
 
 

@@ -1,6 +1,6 @@
 """``WritePolicy``, which applies the write policy to a batch of facts: screens them, asks
 the model (if any) once, decides each fact, writes it, and reports the batch in one log
-line. A batch run again writes nothing twice (see ``chatmem.write_policy``).
+line. A batch run again writes nothing twice (see ``chatmem.long_term.write_policy``).
 """
 
 from __future__ import annotations
