@@ -324,9 +324,7 @@ def test_milvus_lite_stopped_mid_run_leaves_chat_working(
     assert answer.parse().choices[0].message.content == "seen: What's my budget?"
 
 
-def test_a_slow_search_is_cut_at_its_budget(
-    tmp_path: Path, upstream: ScriptedOpenAIServer
-) -> None:
+def test_a_slow_search_is_cut_at_its_budget(tmp_path: Path, upstream: ScriptedOpenAIServer) -> None:
     """The query's embedding comes from the scripted upstream, answered a second late: the
     search cannot finish in its 50 ms, whatever the machine's load (a budget of 1 ms over a
     fast search was a race the waiting thread could lose)."""
@@ -522,3 +520,46 @@ def test_a_long_user_message_is_answered_stored_and_extracted(
     hits = runtime.long_term.search("peanut allergy", user_id="alice", k=3)
     assert [hit.record.text for hit in hits] == ["User is allergic to peanuts"]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+# -- what became of the turn ------------------------------------------------------------------
+
+
+def _said(user: str | None, text: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    if user is not None:
+        body["user"] = user
+    return body
+
+
+def test_an_answer_says_whether_its_turn_was_stored(make_service: ServiceFactory) -> None:
+    service = make_service()
+    answer = service.post("/v1/chat/completions", json=_said("alice", "I keep bees."))
+    assert answer.status_code == 200 and answer.headers["X-Chatmem-Turn"] == "stored"
+    # No memory user: nothing is kept, and the answer claims nothing.
+    anonymous = service.post("/v1/chat/completions", json=_said(None, "Hello."))
+    assert anonymous.status_code == 200 and "X-Chatmem-Turn" not in anonymous.headers
+    # The session store refuses the turn (it is closed): the answer still goes out (F4),
+    # and says that its turn was not stored, as the client may not assume it was.
+    runtime_of(service).short_term.store.close()
+    refused = service.post("/v1/chat/completions", json=_said("alice", "I keep wasps too."))
+    assert refused.status_code == 200 and refused.headers["X-Chatmem-Turn"] == "not-stored"
+    responses = service.post(
+        "/v1/responses",
+        json={"model": "m", "input": "And ants.", "memory_context": {"user_id": "alice"}},
+    )
+    assert responses.status_code == 200 and responses.headers["X-Chatmem-Turn"] == "not-stored"
+
+
+def test_an_unreachable_session_store_keeps_turns_in_memory_and_says_so(
+    make_service: ServiceFactory,
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    service = make_service(memory={"sessions": {"store": f"redis://127.0.0.1:{port}/0"}})
+    answer = service.post("/v1/chat/completions", json=_said("alice", "I keep bees."))
+    assert answer.status_code == 200 and answer.headers["X-Chatmem-Turn"] == "memory-only"
+    ready = service.get("/readyz", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    assert ready.json()["sessions"].startswith("memory only: ")
+    assert ready.json()["sessions"] != "ok"

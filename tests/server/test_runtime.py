@@ -1,12 +1,16 @@
-"""What a running service does on its own: ending idle sessions."""
+"""What a running service does on its own: ending idle sessions, queueing extraction."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from chatmem.messages import SessionKey
+from chatmem.embeddings.local import LocalEmbedder
+from chatmem.messages import Message, Role, SessionKey
+from chatmem.server import Runtime, ServiceConfig
 from tests.server.conftest import ServiceFactory, drain, runtime_of
 
 
@@ -45,3 +49,39 @@ def test_forgetting_a_user_forgets_their_response_chains(service: TestClient) ->
     assert service.delete("/v1/memory", params={"user_id": "alice"}).status_code == 200
     assert service.get(f"/v1/responses/{made['id']}").status_code == 404
     assert service.get(f"/v1/responses/{other['id']}").status_code == 200
+
+
+def test_replicas_racing_to_queue_a_session_put_each_turn_in_one_batch(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    """Two replicas on one service database share the session log and the outbox, not the
+    lock around queueing: one read the log with two turns, the other with four, both from
+    the same extraction mark. Every turn still goes to exactly one batch (issue 15: a fact
+    extracted from two overlapping batches was stored twice)."""
+    config = ServiceConfig.parse(
+        {
+            "server": {"data_dir": str(tmp_path)},
+            "maintenance": {"enabled": False},
+            "memory": {"extraction_batch_size": 100, "auto_store": True},
+        }
+    )
+    first = Runtime.start(config, embedder=embedder)
+    second = Runtime.start(config, embedder=embedder)
+    try:
+        key = SessionKey("default", "anna", "s1")
+        said = [
+            Message(role=Role.USER, content=f"Turn {n}: I like tea number {n}.") for n in range(4)
+        ]
+        first.short_term.append(key, said[:2])
+        # The second replica read two turns and queued them; its mark is not yet moved.
+        second.outbox.enqueue(key, first.short_term.store.read(key))
+        first.short_term.append(key, said[2:])
+        first.queue_pending(key)  # reads four turns from the same mark
+        second.queue_pending(key)
+        first.queue_pending(key)
+        batched = Counter(m.id for b in first.outbox.batches(limit=100) for m in b.messages)
+        assert batched == Counter(m.id for m in said)
+        assert first.short_term.store.state(key).extracted_upto == 4
+    finally:
+        first.close()
+        second.close()

@@ -61,6 +61,8 @@ class Readiness(BaseModel):
     memory: str | None = None
     memory_error: str | None = None
     database: str | None = None
+    #: ``ok``, or why sessions are kept in this process's memory only.
+    sessions: str | None = None
     upstream: str | None = None
     upstream_error: str | None = None
     extraction_queue: int | None = None
@@ -144,6 +146,7 @@ async def readyz(request: Request, runtime: RuntimeDep) -> JSONResponse:
         memory="on" if runtime.memory_on else "off",
         memory_error=runtime.memory_error,
         database="memory only" if runtime.database_error else "ok",
+        sessions=f"memory only: {runtime.sessions_error}" if runtime.sessions_error else "ok",
         upstream=base_url or "not configured",
         upstream_error=probe.error if probe is not None else None,
         extraction_queue=await asyncio.to_thread(runtime.queue_depth),

@@ -75,6 +75,11 @@ class Prepared:
     store: bool = False
     extract: bool = False
     memory_ms: float = 0.0
+    #: What became of the turn, once stored (``X-Chatmem-Turn``): ``stored`` (in the
+    #: session store: durable, shared by replicas), ``memory-only`` (the configured session
+    #: store was unreachable at start; kept in this process, lost when it stops) or
+    #: ``not-stored`` (the store refused it; logged). None: the turn is not kept.
+    turn: str | None = None
 
     def headers(self) -> dict[str, str]:
         headers = {
@@ -83,6 +88,8 @@ class Prepared:
         }
         if self.reason:
             headers["X-Chatmem-Memory-Reason"] = _header_safe(self.reason)
+        if self.turn is not None:
+            headers["X-Chatmem-Turn"] = self.turn
         return headers
 
     def summary(self) -> dict[str, Any]:

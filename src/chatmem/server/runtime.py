@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,6 +66,8 @@ SERVICE_DB = "service.db"
 #: With state shared by replicas, how long a key's lookup is trusted before it is asked
 #: again (a key revoked on another replica stops working here within this).
 KEY_CACHE_S = 5.0
+#: Tries to reach a configured session store at start before keeping sessions in memory.
+SESSION_STORE_TRIES = 3
 
 
 def default_data_dir() -> Path:
@@ -93,6 +96,8 @@ class Runtime:
     worker: Worker | None = None
     memory_error: str | None = None
     database_error: str | None = None
+    #: Why sessions are kept in this process's memory (None: in their configured store).
+    sessions_error: str | None = None
     #: The PostgreSQL state every replica shares (with a PostgreSQL memory store), or None
     #: for the data dir's SQLite file.
     shared_state: PostgresState | None = None
@@ -115,7 +120,7 @@ class Runtime:
         data_dir = Path(config.server.data_dir) if config.server.data_dir else default_data_dir()
         shared, database, database_error = _service_state(config, data_dir)
         keys = _keys(config, database, shared)
-        sessions = _sessions(config, database, shared)
+        sessions, sessions_error = _sessions(config, database, shared)
         outbox: Outbox = (
             shared.outbox()
             if shared is not None
@@ -160,6 +165,7 @@ class Runtime:
                 table=shared.responses() if shared is not None else None,
             ),
             database_error=database_error,
+            sessions_error=sessions_error,
             shared_state=shared,
         )
         if config.memory.enabled:
@@ -241,7 +247,12 @@ class Runtime:
         """Queue the session's messages past its extraction mark (but the last
         ``skip_last``) as one batch, and move the mark to the log's end. Returns how many
         messages were queued. Enqueueing is idempotent, so a crash between the two steps
-        queues the same batch again, which the outbox keeps once."""
+        queues the same batch again, which the outbox keeps once.
+
+        Replicas share the log and the outbox but not this lock: two of them may read the
+        same mark and different ends of the log. A batch is named by the message it starts
+        at, so the outbox keeps the first range; the loser moves the mark only to that
+        range's end, and what lies past it waits for the session's next batch."""
         store = self.short_term.store
         with self._session_lock(key):
             upto = store.length(key)
@@ -249,7 +260,9 @@ class Runtime:
             end = max(mark, upto - skip_last)
             pending = store.read(key, mark, end) if end > mark else []
             if pending:
-                self.outbox.enqueue(key, pending)
+                kept = self.outbox.get(self.outbox.enqueue(key, pending))
+                if kept is not None and kept.messages[-1].id != pending[-1].id:
+                    upto = mark + len(kept.messages)  # another replica's range won
                 if self.worker is not None:
                     self.worker.notify()
             if upto > mark:
@@ -464,17 +477,28 @@ def _keys(
 
 def _sessions(
     config: ServiceConfig, database: Path | None, shared: PostgresState | None = None
-) -> SessionStore:
+) -> tuple[SessionStore, str | None]:
+    """The session store, and why it is process memory when it was meant to be durable."""
     uri = config.memory.sessions.store
     if uri is None and shared is not None:
-        return shared.sessions()
+        return shared.sessions(), None
     if uri is None:
-        return open_session_store(str(database)) if database else InMemorySessionStore()
-    try:
-        return open_session_store(uri)
-    except ChatmemError as exc:
-        logger.error("session store %s unavailable, keeping sessions in memory: %s", uri, exc)
-        return InMemorySessionStore()
+        if database is None:
+            return InMemorySessionStore(), "no service database"
+        return open_session_store(str(database)), None
+    error = ""
+    for attempt in range(SESSION_STORE_TRIES):
+        try:
+            return open_session_store(uri), None
+        except ChatmemError as exc:
+            error = str(exc)
+            if attempt + 1 < SESSION_STORE_TRIES:
+                time.sleep(0.5 * 2**attempt)  # a store restarting, or a replica's peers busy
+    logger.error(
+        "session store %s unavailable, keeping sessions in memory (lost at stop, not shared"
+        " with other replicas; answers say X-Chatmem-Turn: memory-only): %s", uri, error,
+    )  # fmt: skip
+    return InMemorySessionStore(), error
 
 
 def _embedder(config: ServiceConfig) -> Embedder:

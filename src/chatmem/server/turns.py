@@ -148,16 +148,23 @@ async def store_turn(
     """Append the turn and its answer to the session, after the turns of the session
     answered before it, and return once they are in the log (durable: a crash after this
     loses nothing, ``Runtime.recover`` queues it). Queueing extraction goes on after, off
-    the request; a stop waits for both (``AfterAnswer.drain``)."""
+    the request; a stop waits for both (``AfterAnswer.drain``). ``prepared.turn`` then says
+    whether the turn was stored (the answer goes out either way, F4)."""
     key = prepared.key
     if not prepared.store or key is None:
         return
     said = turn_messages(prepared, turn, answer, tool_calls)
     if not said:
         return
+
+    def append() -> None:
+        runtime.short_term.append(key, said)
+        prepared.turn = "memory-only" if runtime.sessions_error else "stored"
+
+    prepared.turn = "not-stored"  # until the append returns
     appended = runtime.after_answer.run(
         key,
-        _guarded("storing the turn", key, lambda: runtime.short_term.append(key, said)),
+        _guarded("storing the turn", key, append),
         _guarded(
             "queueing extraction",
             key,

@@ -68,11 +68,13 @@ class Batch:
 
 
 def batch_id_for(key: SessionKey, messages: Sequence[Message]) -> str:
-    """The id of the batch of ``messages``: the same messages in the same session give the
-    same id, so enqueuing them twice makes one batch."""
+    """The id of the batch of ``messages``: a session's batch is named by the message it
+    starts at. Enqueuing the same messages twice makes one batch, and so do two replicas
+    that race to queue from the same extraction mark having read different ends of the log:
+    the first range is kept, and no message is in two batches (extracted twice)."""
     if not messages:
         raise ValidationError("a batch needs at least one message", field="messages")
-    parts = [*key, *(m.id for m in messages)]
+    parts = [*key, messages[0].id]
     return hashlib.blake2b("\x1f".join(parts).encode(), digest_size=16).hexdigest()
 
 

@@ -11,7 +11,8 @@ instead of one file's write lock:
   lease that runs out (its replica died) lets any replica claim the batch again. A lease
   names its host (``host/pid.token:random``), so ``reclaim_orphaned`` expires at once only
   the leases of this host's dead processes; another machine's pids mean nothing here.
-- **Idempotent batches** (the id derives from the messages, ``ON CONFLICT DO NOTHING``),
+- **Idempotent batches** (the id derives from the session and the message a batch starts at,
+  ``ON CONFLICT DO NOTHING``: replicas racing to queue from one mark make one batch),
   **dead batches kept** for ``requeue``.
 
 Times are the workers' clocks (milliseconds), as in SQLite, so replicas' clocks should agree
