@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from chatmem.cli import import_export, memories, service
+from chatmem.cli import backup, import_export, memories, service
 from chatmem.cli.console import out, print_error
 from chatmem.cli.errors import described
 from chatmem.cli.maintain import maintain_app
@@ -76,6 +76,8 @@ app.command()(memories.history)
 app.command()(memories.forget)
 app.command()(import_export.export)
 app.command("import")(import_export.import_file)
+app.command()(backup.backup)
+app.command()(backup.restore)
 app.command()(memories.stats)
 app.command()(service.demo)
 app.command()(service.serve)
