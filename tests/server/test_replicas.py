@@ -163,7 +163,10 @@ def deployment(tmp_path: Path, postgres_uri: str, pg_schema: str) -> Iterator[De
         _RELEASE.clear()
         try:
             with _deploy(tmp_path, postgres_uri, pg_schema, extra) as deployed:
-                yield deployed
+                try:
+                    yield deployed
+                finally:
+                    _RELEASE.set()  # before the stop: a's model calls end, and a stops at once
         finally:
             _RELEASE.set()
 
