@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Collection
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, NamedTuple, Self
@@ -318,8 +320,14 @@ class Filter(_Checked):
 
     def may_read(self, record: MemoryRecord) -> bool:
         """Whether the reader (``reader_roles``) may see ``record`` (SPEC L7)."""
-        allowed = record.access_control.allowed_roles
-        return self.reader_roles is None or not allowed or not self.reader_roles.isdisjoint(allowed)
+        return roles_open(self.reader_roles, record.access_control.allowed_roles)
+
+
+def roles_open(reader_roles: AbstractSet[str] | None, allowed_roles: Collection[str]) -> bool:
+    """The rule of SPEC L7: what names ``allowed_roles`` is read only by a reader holding one
+    of them; no roles named, anyone reads it; ``reader_roles`` None (the library itself,
+    the admin) reads everything. ``Filter`` and the service's visibility checks share it."""
+    return reader_roles is None or not allowed_roles or not reader_roles.isdisjoint(allowed_roles)
 
 
 def _valid_at(time: TimeInfo, moment: datetime) -> bool:

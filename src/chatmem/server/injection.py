@@ -27,6 +27,7 @@ from chatmem.retrieval import Retrieval, insert_system
 from chatmem.server.auth import Reader
 from chatmem.server.errors import ApiError
 from chatmem.server.runtime import Runtime
+from chatmem.server.visibility import Acl, acl_of
 
 logger = logging.getLogger("chatmem.server.chat")
 
@@ -68,6 +69,9 @@ class Prepared:
     outcome: str  # injected, empty, skipped, degraded, off
     reason: str = ""
     memories: list[dict[str, Any]] = field(default_factory=list)
+    #: What a reader must hold to see what is built on ``memories`` (and, for a response,
+    #: on the chain it continues): ``chatmem.server.visibility``.
+    memory_acl: Acl = field(default_factory=list)
     key: SessionKey | None = None
     #: ``memory_context.project_id``: retrieval is narrowed to it, and the turn carries it
     #: (in its messages' metadata) so the facts extracted from it are stored in it.
@@ -173,6 +177,7 @@ def _record(runtime: Runtime, prepared: Prepared, found: Retrieval, user_id: str
         }
         for m in found.results
     ]
+    prepared.memory_acl = acl_of(m.record.access_control.allowed_roles for m in found.results)
     if found.degraded is not None:
         prepared.outcome, prepared.reason = "degraded", found.degraded
     elif not found.decision.search:

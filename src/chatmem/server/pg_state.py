@@ -51,6 +51,11 @@ RESPONSE_MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX responses_by_tenant ON {schema}.responses (tenant_id, seq);
     CREATE INDEX responses_by_user ON {schema}.responses (tenant_id, user_id);
     """,
+    # The ACL of SPEC L7, as in chatmem.server.response_store.MIGRATIONS ({{ is one brace).
+    """
+    ALTER TABLE {schema}.responses ADD COLUMN acl TEXT NOT NULL DEFAULT '[]';
+    UPDATE {schema}.responses SET acl = '[["admin"]]' WHERE body LIKE '%"memories": [{{%'
+    """,
 )
 
 WEBHOOK_MIGRATIONS: tuple[str, ...] = (
@@ -72,7 +77,8 @@ WEBHOOK_MIGRATIONS: tuple[str, ...] = (
 #: How long a claimed delivery stays with its sender beyond the request's own timeout.
 _LEASE_MS = 30_000
 _KEY_COLUMNS = "key_id, tenant_id, roles, name, created_at, revoked_at"
-_RESPONSE_COLUMNS = "response_id, tenant_id, user_id, session_id, messages, body, created_at"
+_RESPONSE_COLUMNS = "response_id, tenant_id, user_id, session_id, messages, body, created_at, acl"
+_PLACES = ", ".join(["%s"] * len(_RESPONSE_COLUMNS.split(",")))
 
 
 class PostgresKeyTable:
@@ -134,7 +140,7 @@ class PostgresResponses:
     def put(self, response: StoredResponse, limit: int) -> None:
         with self._tables.transaction() as conn:
             conn.execute(
-                f"INSERT INTO {self._t} ({_RESPONSE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                f"INSERT INTO {self._t} ({_RESPONSE_COLUMNS}) VALUES ({_PLACES})",
                 response_row(response),
             )
             conn.execute(

@@ -18,14 +18,17 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from chatmem.caches import LRUCache, MiB, size_of
+from chatmem.server.visibility import Acl, read_acl
 from chatmem.stores.sqlite import SQLiteFile
 
 MIGRATIONS_TABLE = "chatmem_responses_migrations"
+#: A stored body whose ``memory.memories`` is not empty (``json.dumps``'s separators).
+INJECTED_LIKE = '%"memories": [{%'
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE responses (
@@ -39,6 +42,12 @@ MIGRATIONS: tuple[str, ...] = (
         created_at INTEGER NOT NULL
     );
     CREATE INDEX responses_by_tenant ON responses (tenant_id, seq);
+    """,
+    # SPEC L7: what a reader must hold (chatmem.server.visibility). A response kept before
+    # this says memories were injected but not their roles: only the admin reads it.
+    f"""
+    ALTER TABLE responses ADD COLUMN acl TEXT NOT NULL DEFAULT '[]';
+    UPDATE responses SET acl = '[["admin"]]' WHERE body LIKE '{INJECTED_LIKE}'
     """,
 )
 
@@ -55,6 +64,9 @@ class StoredResponse:
     messages: list[dict[str, Any]]
     body: dict[str, Any]
     created_at: int
+    #: What a reader must hold to see it or continue it (``chatmem.server.visibility``):
+    #: the roles of the restricted memories its answer and its chain were built on.
+    acl: Acl = field(default_factory=list)
 
 
 class ResponseTable(Protocol):
@@ -75,7 +87,8 @@ class ResponseTable(Protocol):
 
 
 def response_row(response: StoredResponse) -> tuple[Any, ...]:
-    """The row of ``response``: id, tenant, user, session, messages, body (JSON), time."""
+    """The row of ``response``: id, tenant, user, session, messages, body (JSON), time,
+    ACL (JSON)."""
     return (
         response.response_id,
         response.tenant_id,
@@ -84,13 +97,21 @@ def response_row(response: StoredResponse) -> tuple[Any, ...]:
         json.dumps(response.messages),
         json.dumps(response.body),
         response.created_at,
+        json.dumps(response.acl),
     )
 
 
 def stored_response(row: Sequence[Any]) -> StoredResponse:
     """A response from a row in ``response_row``'s order."""
     return StoredResponse(
-        row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]), int(row[6])
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        json.loads(row[4]),
+        json.loads(row[5]),
+        int(row[6]),
+        read_acl(json.loads(row[7])),
     )
 
 
@@ -107,7 +128,7 @@ class SQLiteResponses:
         def insert(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "INSERT INTO responses (response_id, tenant_id, user_id, session_id, messages,"
-                " body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " body, created_at, acl) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 row,
             )
             conn.execute(
@@ -121,8 +142,8 @@ class SQLiteResponses:
     def get(self, tenant_id: str, response_id: str) -> StoredResponse | None:
         with self._file.read() as conn:
             row = conn.execute(
-                "SELECT response_id, tenant_id, user_id, session_id, messages, body, created_at"
-                " FROM responses WHERE response_id = ? AND tenant_id = ?",
+                "SELECT response_id, tenant_id, user_id, session_id, messages, body, created_at,"
+                " acl FROM responses WHERE response_id = ? AND tenant_id = ?",
                 (response_id, tenant_id),
             ).fetchone()
         return None if row is None else stored_response(row)
@@ -257,6 +278,7 @@ class ResponseStore:
 
 
 __all__ = [
+    "INJECTED_LIKE",
     "MIGRATIONS",
     "MIGRATIONS_TABLE",
     "ResponseStore",

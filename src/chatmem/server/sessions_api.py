@@ -20,10 +20,11 @@ from chatmem.errors import NotFoundError
 from chatmem.formats import Format, parse_messages, render_message, render_messages
 from chatmem.messages import SessionKey
 from chatmem.records import from_ms
-from chatmem.server.deps import RuntimeDep, TenantDep
+from chatmem.server.deps import ReaderDep, RuntimeDep, TenantDep
 from chatmem.server.errors import ApiError
 from chatmem.server.injection import system_text_name
 from chatmem.server.runtime import Runtime
+from chatmem.server.visibility import may_see_all, visible_session
 
 logger = logging.getLogger("chatmem.server.sessions")
 
@@ -111,23 +112,26 @@ def list_sessions(runtime: RuntimeDep, tenant_id: TenantDep, user_id: UserQuery)
 def read_session(
     session_id: SessionId,
     runtime: RuntimeDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
     user_id: UserQuery,
     format: FormatQuery = "rich",
 ) -> SessionView:
-    """The whole history, oldest first, with the summary and window start."""
-    key = _key(tenant_id, user_id, session_id)
+    """The whole history, oldest first, with the summary and window start. An answer built
+    on memories restricted to roles the key lacks is shown with its content withheld, and
+    so is a summary of it (SPEC L7)."""
+    key = _key(reader.tenant_id, user_id, session_id)
     _existing(runtime, key)
     history = runtime.short_term.history(key)
     window = runtime.short_term.window(key)
     state = runtime.short_term.store.state(key)
+    shown = visible_session(reader.roles, history, window, state)
     return SessionView(
         session_id=session_id,
-        messages=render_messages(history, format),
-        summary=render_message(window.summary, format) if window.summary else None,
+        messages=render_messages(shown.messages, format),
+        summary=render_message(shown.summary, format) if shown.summary else None,
         window_start=window.start,
-        working_state=window.working_state,
-        episode=render_message(state.episode, format) if state.episode else None,
+        working_state=shown.working_state,
+        episode=render_message(shown.episode, format) if shown.episode else None,
         ended_at=from_ms(state.ended_at) if state.ended_at is not None else None,
     )
 
@@ -142,21 +146,24 @@ class EndSession(BaseModel):
 def end_session(
     session_id: SessionId,
     runtime: RuntimeDep,
-    tenant_id: TenantDep,
+    reader: ReaderDep,
     body: Annotated[EndSession | None, Body()] = None,
     user_id: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
 ) -> EndedSession:
     """End the session: keep its episodic summary for the next one, queue its extraction,
     and send the ``session.ended`` webhook (queued; a slow receiver never delays this).
-    The user is named in the body (``{"user_id": …}``, as for an append) or the query."""
+    The user is named in the body (``{"user_id": …}``, as for an append) or the query.
+    The summary is null when it stands for an answer the key may not read (SPEC L7)."""
     named = {body.user_id if body else None, user_id} - {None}
     if len(named) != 1:
         why = "is required, in the body or the query" if not named else "differs in body and query"
         raise ApiError(400, f"user_id: {why}", param="user_id", code="validation_error")
-    key = _key(tenant_id, str(named.pop()), session_id)
+    key = _key(reader.tenant_id, str(named.pop()), session_id)
     length = _existing(runtime, key)
     episode = runtime.end_session(key)
-    summary = episode.content if episode is not None else None
+    summary = None
+    if episode is not None and may_see_all(reader.roles, runtime.short_term.history(key)):
+        summary = episode.content
     return EndedSession(session_id=session_id, length=length, summary=summary)
 
 

@@ -18,6 +18,7 @@ from chatmem.messages import MAX_MESSAGE_CHARS, Message, MessageMetadata, Role, 
 from chatmem.server.errors import ApiError
 from chatmem.server.injection import Prepared
 from chatmem.server.runtime import Runtime
+from chatmem.server.visibility import with_acl
 
 logger = logging.getLogger("chatmem.server.chat")
 
@@ -98,9 +99,11 @@ def turn_messages(
     answer: str | None,
     tool_calls: list[dict[str, Any]] | None = None,
 ) -> list[Message]:
-    """The request's new messages and the answer (its text, or the tools it calls)."""
+    """The request's new messages and the answer (its text, or the tools it calls). The
+    answer carries the ACL of the memories it was built on (``metadata.memory_acl``), so
+    the session shows it only to readers who may read them (``chatmem.server.visibility``)."""
     said = list(turn)
-    metadata = _project_metadata(prepared.project_id)
+    metadata = with_acl(_project_metadata(prepared.project_id), prepared.memory_acl)
     if tool_calls:
         try:
             said.append(

@@ -30,8 +30,18 @@ from chatmem.server.responses.request import ResponseRequest
 from chatmem.server.runtime import Runtime
 from chatmem.server.translate import assistant_message
 from chatmem.server.turns import new_turn
+from chatmem.server.visibility import join, may_see
 
 logger = logging.getLogger("chatmem.server.responses")
+
+
+async def visible_response(
+    store: ResponseStore, reader: Reader, response_id: str
+) -> StoredResponse | None:
+    """The reader's tenant's response ``response_id``; None when there is none, or when it
+    was built on memories the reader may not read (as for an id that does not exist)."""
+    found = await asyncio.to_thread(store.get, reader.tenant_id, response_id)
+    return found if found is not None and may_see(reader.roles, found.acl) else None
 
 
 def store_of(request: Request) -> ResponseStore:
@@ -64,15 +74,16 @@ def named_user(body: ResponseRequest, request: Request) -> str | None:
 
 
 async def previous_response(
-    store: ResponseStore, tenant_id: str, response_id: str | None, user_id: str | None
+    store: ResponseStore, reader: Reader, response_id: str | None, user_id: str | None
 ) -> StoredResponse | None:
     """The response a request continues. A chain is bound to its user: a request that names
     another user (or names one for a chain made without) is answered as for an id that does
     not exist, so one user's conversation is never sent upstream for another. A request
-    that names no user continues as the chain's user."""
+    that names no user continues as the chain's user. So is a chain built on memories the
+    reader's roles do not open (``chatmem.server.visibility``)."""
     if response_id is None:
         return None
-    previous = await asyncio.to_thread(store.get, tenant_id, response_id)
+    previous = await visible_response(store, reader, response_id)
     if previous is None or (user_id is not None and previous.user_id != user_id):
         raise ApiError(
             404,
@@ -120,6 +131,7 @@ class Exchange:
             said,
             made,
             self.created_at,
+            self.prepared.memory_acl,
         )
 
 
@@ -134,7 +146,7 @@ async def read_exchange(
     for an unknown ``previous_response_id``)."""
     tenant_id = reader.tenant_id
     previous = await previous_response(
-        store_of(request), tenant_id, body.previous_response_id, named_user(body, request)
+        store_of(request), reader, body.previous_response_id, named_user(body, request)
     )
     response_id = f"resp_{new_id()}"
     user_id, session_id = memory_identity(body, request, previous, response_id)
@@ -150,6 +162,8 @@ async def read_exchange(
         body.memory_config,
         project_id,
     )
+    # The answer is built on the chain too: it is as restricted as the chain's memories.
+    prepared.memory_acl = join(prepared.memory_acl, previous.acl if previous else [])
     turn = new_turn(new, project_id) if prepared.store else []
     return Exchange(body, response_id, tenant_id, user_id, session_id, history, prepared, turn)
 
@@ -174,4 +188,5 @@ __all__ = [
     "previous_response",
     "read_exchange",
     "store_of",
+    "visible_response",
 ]

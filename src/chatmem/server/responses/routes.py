@@ -9,10 +9,10 @@ import httpx
 from fastapi import APIRouter, Body, Path, Request
 from fastapi.responses import JSONResponse, Response
 
-from chatmem.server.deps import ReaderDep, RuntimeDep, TenantDep
+from chatmem.server.deps import ReaderDep, RuntimeDep
 from chatmem.server.errors import ApiError, error_response
 from chatmem.server.responses.answer import read_completion
-from chatmem.server.responses.chain import keep, read_exchange, store_of
+from chatmem.server.responses.chain import keep, read_exchange, store_of, visible_response
 from chatmem.server.responses.objects import DeletedResponse, ResponseObject
 from chatmem.server.responses.request import (
     ResponseRequest,
@@ -94,9 +94,10 @@ async def create_response(
 
 
 @router.get("/v1/responses/{response_id}", response_model=ResponseObject)
-async def get_response(response_id: ResponseId, request: Request, tenant_id: TenantDep) -> Any:
-    """A stored response of this tenant, as it was returned."""
-    found = await asyncio.to_thread(store_of(request).get, tenant_id, response_id)
+async def get_response(response_id: ResponseId, request: Request, reader: ReaderDep) -> Any:
+    """A stored response of this tenant, as it was returned (404 when it was built on
+    memories restricted to roles the key lacks, as for an id that does not exist)."""
+    found = await visible_response(store_of(request), reader, response_id)
     if found is None:
         raise ApiError(404, f"no response {response_id!r}", code="not_found")
     return JSONResponse(found.body)
@@ -104,10 +105,12 @@ async def get_response(response_id: ResponseId, request: Request, tenant_id: Ten
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(
-    response_id: ResponseId, request: Request, tenant_id: TenantDep
+    response_id: ResponseId, request: Request, reader: ReaderDep
 ) -> DeletedResponse:
     """Forget a stored response (a chain can no longer continue from it)."""
-    if not await asyncio.to_thread(store_of(request).delete, tenant_id, response_id):
+    store = store_of(request)
+    found = await visible_response(store, reader, response_id)
+    if found is None or not await asyncio.to_thread(store.delete, reader.tenant_id, response_id):
         raise ApiError(404, f"no response {response_id!r}", code="not_found")
     return DeletedResponse(id=response_id)
 

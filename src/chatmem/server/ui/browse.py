@@ -32,6 +32,7 @@ from chatmem.server.auth import Reader
 from chatmem.server.runtime import Runtime
 from chatmem.server.ui.login import ViewerDep, runtime_of
 from chatmem.server.ui.render import page, path
+from chatmem.server.visibility import visible_session
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -144,9 +145,11 @@ def session(
     key = SessionKey.of(reader.tenant_id, user_id, session_id)
     if runtime.short_term.store.length(key) == 0:
         raise Missing(f"session {session_id}")
-    messages = runtime.short_term.history(key)
+    history = runtime.short_term.history(key)
     window = runtime.short_term.window(key)
     state = runtime.short_term.store.state(key)
+    # An answer built on memories the viewer's roles do not open is shown withheld (L7).
+    shown = visible_session(reader.roles, history, window, state)
     marked = {t for t in turns.split(",") if t}
     return page(
         request,
@@ -154,9 +157,9 @@ def session(
         viewer,
         user_id=user_id,
         session_id=session_id,
-        messages=messages,
-        window=window,
-        state=state,
+        messages=shown.messages,
+        window=window._replace(summary=shown.summary, working_state=shown.working_state),
+        state=state.model_copy(update={"episode": shown.episode}),
         marked=marked,
     )
 
