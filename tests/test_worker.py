@@ -28,7 +28,7 @@ from chatmem.extraction.base import Fact
 from chatmem.extraction.llm import LLMExtractor
 from chatmem.extraction.offline import OfflineExtractor
 from chatmem.llm.client import ModelConfig, OpenAIChatModel
-from chatmem.messages import Message, Role, SessionKey
+from chatmem.messages import MEMORY_ACL, Message, Role, SessionKey
 from chatmem.records import Vector
 from chatmem.short_term import OverflowPolicy, ShortTermMemory
 from chatmem.stores import SQLiteStore
@@ -816,3 +816,28 @@ def test_a_batch_belongs_to_the_project_its_last_messages_name() -> None:
     assert project_of([said("a", "trip"), said("b")]) == "trip"
     assert project_of([said("a", "trip"), said("b", "work"), said("c")]) == "work"
     assert project_of([said("a", "")]) is None
+
+
+def test_an_answer_built_on_restricted_memories_is_never_extracted(
+    llm_setup: tuple[ScriptedOpenAIServer, SQLiteOutbox, LongTermMemory, Clock, OpenAIChatModel],
+) -> None:
+    """The proxy marks an answer made with an hr-only memory (``metadata.memory_acl``); the
+    extraction model never sees it, so no memory open to every key is made of its text."""
+    server, outbox, lt, _, model = llm_setup
+    server.script_chat(VALID, VALID)
+    restricted = Message(
+        id="a1",
+        role=Role.ASSISTANT,
+        content="Your salary review gives you a 3% raise.",
+        metadata={MEMORY_ACL: [["hr"]]},
+    )
+    outbox.enqueue(ANNA, [*said("What about my salary review?"), restricted])
+    only = Message(id="a2", role=Role.ASSISTANT, content="It is a 3% raise.",
+                   metadata={MEMORY_ACL: [["hr"]]})  # fmt: skip
+    outbox.enqueue(ANNA, [only])
+    worker = Worker(outbox, lt, LLMExtractor(model))
+    assert worker.drain() == 2 and outbox.counts()[BatchState.DONE] == 2
+    sent = json.dumps(server.chat_requests)
+    assert "salary review?" in sent  # the user's own turn is extracted as ever
+    assert "3% raise" not in sent
+    assert len(server.chat_requests) == 1  # a batch of restricted answers only asks nothing

@@ -154,6 +154,17 @@ def check_turn_order(previous: int | None, messages: list[Message]) -> None:
         last = message.turn_id
 
 
+#: The metadata key of a message built on restricted memories: the ``allowed_roles`` of
+#: each (``chatmem.server.visibility``). Only readers holding them may see the message, and
+#: extraction passes it over, so no memory open to others is made from it (SPEC L7).
+MEMORY_ACL = "memory_acl"
+
+
+def is_restricted(message: Message) -> bool:
+    """Whether ``message`` was built on restricted memories (it names a ``MEMORY_ACL``)."""
+    return bool((message.metadata.model_extra or {}).get(MEMORY_ACL))
+
+
 def last_turn_id(messages: list[Message]) -> int | None:
     """The newest turn id among ``messages`` (None when none carries one)."""
     for message in reversed(messages):
@@ -164,6 +175,7 @@ def last_turn_id(messages: list[Message]) -> int | None:
 
 __all__ = [
     "MAX_MESSAGE_CHARS",
+    "MEMORY_ACL",
     "MAX_TIMESTAMP_MS",
     "FunctionCall",
     "Message",
@@ -173,6 +185,7 @@ __all__ = [
     "SessionKey",
     "ToolCall",
     "check_turn_order",
+    "is_restricted",
     "last_turn_id",
     "now_ms",
 ]

@@ -21,14 +21,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from chatmem.messages import Message, MessageMetadata
+from chatmem.messages import MEMORY_ACL, Message, MessageMetadata
 from chatmem.records import roles_open
 from chatmem.server.auth import ADMIN
 from chatmem.sessions import SessionState
 from chatmem.short_term import Window
 
-#: The metadata key of a session message that holds its ACL.
-MEMORY_ACL = "memory_acl"
 #: ``metadata.withheld`` of a message shown without its content.
 WITHHELD = "restricted"
 

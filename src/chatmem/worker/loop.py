@@ -19,7 +19,7 @@ from chatmem.extraction.base import Extractor
 from chatmem.long_term import LongTermMemory
 from chatmem.long_term.decay import enforce_quota
 from chatmem.long_term.write_policy import WritePolicy, WriteReport
-from chatmem.messages import Message, SessionKey
+from chatmem.messages import Message, SessionKey, is_restricted
 from chatmem.worker.batch import Batch, BatchState
 from chatmem.worker.outbox import Outbox
 
@@ -122,8 +122,11 @@ class Worker:
 
     def process(self, batch: Batch) -> bool:
         """Extract and store one claimed batch; True when it is done."""
+        # An answer built on restricted memories says their text: no memory open to other
+        # readers may be made from it (SPEC L7); those memories are stored already.
+        said = [m for m in batch.messages if not is_restricted(m)]
         try:
-            facts = self.extractor.extract(batch.messages)
+            facts = self.extractor.extract(said) if said else []
         except LLMError as exc:
             logger.warning("Extraction failed, batch %s skipped: %s", batch.batch_id, exc)
             self._fail(batch, f"extraction: {exc}")
