@@ -84,6 +84,8 @@ ALL_K = 10
 INGEST_MODES = ("live", "bulk")
 TableSpec = tuple[str, list[str], list[list[Any]]]  # title, columns, rows
 ALL_SYSTEMS = ("chatmem", "bm25", "dense", "mem0")
+#: Also accepted by --systems: chatmem with memories embedded by the packaged model.
+EXTRA_SYSTEMS = ("chatmem-exact",)
 
 
 class SystemUnavailable(Exception):
@@ -332,8 +334,14 @@ class ChatmemSystem:
     name = "chatmem"
 
     def __init__(
-        self, workdir: Path, query_model: str = "fast", context_window: int | None = None
+        self,
+        workdir: Path,
+        query_model: str = "fast",
+        context_window: int | None = None,
+        document_model: str = "fast",
     ) -> None:
+        # "chatmem-exact": memories embedded with the packaged model, as before 2026-11-26.
+        self.name = "chatmem" if document_model == "fast" else f"chatmem-{document_model}"
         t0 = time.perf_counter()
         try:
             lib = _import_chatmem()
@@ -342,6 +350,8 @@ class ChatmemSystem:
         except (ImportError, AttributeError) as exc:
             raise SystemUnavailable(f"chatmem.LongTermMemory not importable ({exc})") from exc
         options = {} if query_model == "fast" else {"query_model": query_model}
+        if document_model != "fast":
+            options["document_model"] = document_model
         window = {} if context_window is None else {"context_window": context_window}
         self._mem = long_term_memory.open(
             f"sqlite:///{workdir / 'chatmem.db'}", embedder=LocalEmbedder(**options), **window
@@ -353,6 +363,7 @@ class ChatmemSystem:
             "init_s": round(time.perf_counter() - t0, 3),
             "search_kwargs": self._search_kwargs,
             "query_model": query_model,
+            "document_model": document_model,
             "context_window": context_window,
         }
         self._ingested: list[list[Any]] = []
@@ -670,6 +681,8 @@ def build_system(name: str, workdir: Path, args: argparse.Namespace) -> System:
         return Mem0System(workdir, args.speaker_prefix)
     if name == "chatmem":
         return ChatmemSystem(workdir, args.query_model, args.context_window)
+    if name == "chatmem-exact":
+        return ChatmemSystem(workdir, args.query_model, args.context_window, "exact")
     raise ValueError(f"unknown system {name!r}")
 
 
@@ -869,7 +882,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ALL_SYSTEMS]
+    unknown = [n for n in names if n not in ALL_SYSTEMS + EXTRA_SYSTEMS]
     if unknown:
         print(f"unknown systems: {unknown}; choose from {ALL_SYSTEMS}", file=sys.stderr)
         return 2
@@ -889,7 +902,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     skipped: dict[str, str] = {}
     failed: dict[str, str] = {}
-    runs = [(name, mode) for name in names for mode in (modes if name == "chatmem" else [""])]
+    runs = [
+        (name, mode) for name in names for mode in (modes if name.startswith("chatmem") else [""])
+    ]
     for name, mode in runs:
         label = f"{name} {mode}" if mode else name
         workdir = Path(tempfile.mkdtemp(prefix=f"locomo-{name}-"))

@@ -103,7 +103,10 @@ def _cases() -> list[Any]:
     a strict xfail with its figures (the check is held out: it is reported, not tuned on)."""
     losses = {
         ("single-fact", "dense"): "measured 2026-11-26 at this size: chatmem 0.792, dense 0.875",
-        ("multi-hop", "dense"): "measured 2026-11-26 at this size: chatmem 0.556, dense 0.778",
+        ("multi-hop", "dense"): "measured 2026-11-26 at this size: chatmem 0.583, dense 0.750",
+        # Since memories are embedded by the fast model (document_model "fast"); with the
+        # packaged model chatmem had 0.592 against dense's 0.543 (docs/benchmarks.md).
+        ("temporal", "dense"): "measured 2026-11-26 at this size: chatmem 0.550, dense 0.585",
     }
     return [
         pytest.param(

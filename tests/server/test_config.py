@@ -88,6 +88,7 @@ def test_environment_overrides_win_and_are_typed(tmp_path: Path) -> None:
         ("memory:\n  milvus: {address: m:19530, dimension: 768}\n", "must match"),
         ("memory:\n  embedding: {model: bge-large, dimension: 1024}\n", "set base_url"),
         ("memory:\n  embedding: {query_model: turbo}\n", "memory.embedding.query_model"),
+        ("memory:\n  embedding: {document_model: turbo}\n", "memory.embedding.document_model"),
         ("upstream:\n  base_url: localhost:8000\n", "upstream.base_url"),
         ("auth:\n  keys: [{tenant: acme}]\n", "auth.keys.0"),
         ("external_models:\n  - {model_role: memory_rewrite}\n", "external_models[0]: endpoint"),

@@ -69,9 +69,12 @@ class LocalEmbedder:
 
     ``embed_query`` embeds a search query. With ``query_model="fast"`` (the default) it runs a
     dynamic-int8 copy of the model derived on this machine (``chatmem.embeddings.quantize``):
-    about half the CPU, cosine 0.994 against the exact vector. Memories are always embedded
-    by ``embed`` with the packaged model, so the choice never changes what is stored. If the
-    copy cannot be derived, queries use the packaged model and a warning says why.
+    about half the CPU, cosine 0.994 against the exact vector. ``embed`` embeds memories,
+    with ``document_model``: ``"fast"`` (the default) runs the same copy, a single memory's
+    add then costs a quarter of the packaged model's time; ``"exact"`` the packaged model.
+    Both give vectors of one space (queries from the fast copy always searched memories of
+    the packaged one), so a store may hold both, and the model name is the same. If the
+    copy cannot be derived, the packaged model is used and a warning says why.
 
     ``threads`` sets onnxruntime's threads for the packaged model (None: one per core, for
     batches of memories); the fast query model runs on ``query_threads`` (1): for one short
@@ -92,11 +95,11 @@ class LocalEmbedder:
         cache_bytes: int = 16 * MiB,
         query_model: Literal["fast", "exact"] = "fast",
         query_threads: int = 1,
+        document_model: Literal["fast", "exact"] = "fast",
     ) -> None:
-        if query_model not in ("fast", "exact"):
-            raise ValidationError(
-                f"must be 'fast' or 'exact', not {query_model!r}", field="query_model"
-            )
+        for name, value in (("query_model", query_model), ("document_model", document_model)):
+            if value not in ("fast", "exact"):
+                raise ValidationError(f"must be 'fast' or 'exact', not {value!r}", field=name)
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
         self._threads = threads
@@ -105,6 +108,7 @@ class LocalEmbedder:
         self._query_model = query_model
         self._query_threads = query_threads
         self._query_session: ort.InferenceSession | None = None
+        self._document_model = document_model
         self._cache: LRUCache[tuple[bool, str], Vector] = LRUCache(
             cache_bytes, max_entries=cache_size
         )
@@ -118,15 +122,15 @@ class LocalEmbedder:
         self.queries_embedded = 0
 
     def warm(self) -> LocalEmbedder:
-        """Load the model (and the query model) now rather than at the first call."""
+        """Load the model (and the fast copy) now rather than at the first call."""
         self._query()
+        self._documents()
         return self
 
     def fast_model_cache(self) -> Path | None:
-        """Where the fast query model is cached; None when queries use the packaged model
-        (``query_model="exact"``) or the copy could not be cached (it is then derived at
-        each start, about 3 s)."""
-        if self._query_model == "exact":
+        """Where the fast copy is cached; None when nothing uses it (both models
+        ``"exact"``) or it could not be cached (it is then derived at each start, about 3 s)."""
+        if self._query_model == "exact" and self._document_model == "exact":
             return None
         cached = quantize.cached_path(self._source())
         return cached if cached.is_file() else None
@@ -167,22 +171,28 @@ class LocalEmbedder:
 
     def _query(self) -> ort.InferenceSession:
         """The session queries run on: the fast copy, or the packaged model."""
+        return self._model()[0] if self._query_model == "exact" else self._fast()
+
+    def _fast(self) -> ort.InferenceSession:
+        """The fast copy, on ``query_threads``: queries, and memories one at a time."""
         exact = self._model()[0]
-        if self._query_model == "exact":
-            return exact
         if self._query_session is None:
             with self._lock:
                 if self._query_session is None:
-                    self._query_session = self._load_fast(exact)
+                    self._query_session = self._load_fast(exact, self._query_threads)
         return self._query_session
 
-    def _load_fast(self, exact: ort.InferenceSession) -> ort.InferenceSession:
+    def _documents(self) -> ort.InferenceSession | None:
+        """The session memories are embedded on (None: the packaged model)."""
+        return None if self._document_model == "exact" else self._fast()
+
+    def _load_fast(self, exact: ort.InferenceSession, threads: int | None) -> ort.InferenceSession:
         try:
             model = quantize.fast_model(self._source())
-            options = self._options(self._query_threads)
+            options = self._options(threads)
             return ort.InferenceSession(model, sess_options=options, providers=_PROVIDERS)
         except Exception as exc:  # boundary: derivation, the cache file and onnxruntime
-            logger.warning("queries use the packaged embedding model: %s", exc)
+            logger.warning("the packaged embedding model is used throughout: %s", exc)
         return exact
 
     @property
@@ -197,6 +207,11 @@ class LocalEmbedder:
         """Embed ``texts`` in length-sorted batches; single texts go through the cache."""
         if len(texts) == 1:
             return self._embed_cached(texts[0], query=False)[None, :]
+        if self._document_model == "fast":
+            # One text per call: the fast copy quantizes activations with one scale per
+            # call, so a batch would make a memory's vector depend on its neighbours.
+            session = self._documents()
+            return np.concatenate([self._embed_many([text], session) for text in texts])
         return self._embed_many(texts)
 
     def embed_query(self, text: str) -> Vector:
@@ -248,7 +263,7 @@ class LocalEmbedder:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        session = self._query() if query else None
+        session = self._query() if query else self._documents()
         vector: Vector = self._embed_many([text], session)[0]
         self._cache.put(key, vector)
         return vector

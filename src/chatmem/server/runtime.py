@@ -504,7 +504,9 @@ def _sessions(
 def _embedder(config: ServiceConfig) -> Embedder:
     embedding = config.memory.embedding
     if embedding.base_url is None:
-        return LocalEmbedder(query_model=embedding.query_model)
+        return LocalEmbedder(
+            query_model=embedding.query_model, document_model=embedding.document_model
+        )
     key = os.environ.get(embedding.api_key_env) if embedding.api_key_env else None
     return OpenAIEmbedder(
         embedding.model, embedding.dimension, base_url=embedding.base_url, api_key=key
