@@ -5,6 +5,7 @@ For each backend (sqlite, postgres, milvus) and each size it measures the ingest
 embedding (the real ``LocalEmbedder`` on the question, then ``LongTermMemory.search``: the
 full hybrid path of vector half, keyword half, fusion and record fetch), the size on disk and
 the resident memory. It prints a table, and writes JSON and PNG plots when asked.
+Replicas under concurrent load (1 against 2 on PostgreSQL): ``benchmarks/replicas.py``.
 
     python benchmarks/scale.py --sizes 10000,100000,1000000 --users 10000 \
         --backends sqlite,postgres,milvus --queries 200 --json bench-results/scale.json \
