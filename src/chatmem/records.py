@@ -93,11 +93,19 @@ def from_ms(ms: int) -> datetime:
 
 
 def _to_utc_ms(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
+    return None if value is None else utc_ms(value)
+
+
+def utc_ms(value: datetime) -> datetime:
+    """``value`` in UTC, to the whole millisecond (a naive time is taken as UTC). A
+    ValueError (a validation error in a model) for a time that UTC cannot hold, such as
+    9999-12-31T23:59:59-14:00."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    value = value.astimezone(UTC)
+    try:
+        value = value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of range once converted to UTC") from None
     return value.replace(microsecond=value.microsecond // 1000 * 1000)
 
 
@@ -272,8 +280,15 @@ class Filter(_Checked):
     scopes: frozenset[Scope] | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
-    #: Only memories valid at this moment (valid_from <= t < valid_to, open ends allowed).
+    #: Only memories valid at this moment (valid_from <= t < valid_to, open ends allowed):
+    #: what was true in the world then, whenever it was said.
     valid_at: datetime | None = None
+    #: As of this moment: only what was known then, apart from when it was true. A memory
+    #: counts when it was recorded at or before it (``created_at``; for a chat turn, when
+    #: it was said) and had not ended by then (``valid_to`` unset or after it: a fact
+    #: superseded later was still current). A turn said after the moment is left out,
+    #: which ``valid_at`` alone cannot do (a turn is valid from whenever).
+    known_at: datetime | None = None
     metadata: dict[str, JsonScalar] | None = None
     reader_roles: frozenset[NonEmpty] | None = None
     expired: bool | None = False
@@ -286,7 +301,7 @@ class Filter(_Checked):
                 raise ValueError(f"metadata key {key!r} must match {_METADATA_KEY.pattern}")
         return value
 
-    @field_validator("created_after", "created_before", "valid_at")
+    @field_validator("created_after", "created_before", "valid_at", "known_at")
     @classmethod
     def _aware_ms(cls, value: datetime | None) -> datetime | None:
         """UTC, whole milliseconds: the precision every backend stores times at."""
@@ -312,6 +327,7 @@ class Filter(_Checked):
             self.created_after is None or record.time.created_at >= self.created_after,
             self.created_before is None or record.time.created_at < self.created_before,
             self.valid_at is None or _valid_at(record.time, self.valid_at),
+            self.known_at is None or _known_at(record.time, self.known_at),
             all(record.user_metadata.get(k) == v for k, v in (self.metadata or {}).items()),
             self.may_read(record),
             self.expired is None or record.time.expired(utcnow()) == self.expired,
@@ -334,6 +350,10 @@ def _valid_at(time: TimeInfo, moment: datetime) -> bool:
     starts = time.valid_from is None or time.valid_from <= moment
     ends = time.valid_to is None or moment < time.valid_to
     return starts and ends
+
+
+def _known_at(time: TimeInfo, moment: datetime) -> bool:
+    return time.created_at <= moment and (time.valid_to is None or moment < time.valid_to)
 
 
 class Entry(NamedTuple):

@@ -618,3 +618,36 @@ def test_a_tool_result_the_session_cannot_keep_is_passed_on(
     answered = service.post("/v1/chat/completions", json=chat(messages=messages, user="alice"))
     assert answered.status_code == 200, answered.text
     assert upstream.chat_requests[-1]["messages"][-1]["tool_call_id"] == "c" * 300
+
+
+#: Times an ISO 8601 parser takes but UTC cannot hold (year 10000, year 0).
+UNHOLDABLE = ["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"]
+
+
+@pytest.mark.parametrize("moment", UNHOLDABLE)
+def test_a_time_past_what_utc_holds_is_refused_naming_it(service: TestClient, moment: str) -> None:
+    """Each route that takes a time answers 400 naming it, never a 500 (it was an
+    OverflowError converting to UTC)."""
+    asked = [
+        (service.post("/v1/memory/search", json={"user_id": "a", "query": "x", "as_of": moment}),
+         "as_of"),
+        (service.get("/v1/memory", params={"user_id": "a", "created_before": moment}),
+         "created_before"),
+        (service.get("/v1/memory", params={"user_id": "a", "created_after": moment}),
+         "created_after"),
+        (service.post("/v1/memory", json={"user_id": "a", "content": "x", "expires_at": moment}),
+         "expires_at"),
+        (service.post("/v1/memory", json={"user_id": "a", "messages": [
+            {"role": "user", "content": "x", "timestamp": moment}]}),
+         "messages[0].timestamp"),
+    ]  # fmt: skip
+    for answer, field in asked:
+        assert answer.status_code == 400, (field, answer.text)
+        assert answer.json()["error"]["param"] == field
+    assert service.get("/v1/memory", params={"user_id": "a"}).json()["memories"] == []
+
+
+def test_the_library_refuses_a_time_past_what_utc_holds() -> None:
+    with pytest.raises(ValidationError) as raised:
+        Filter.checked({"known_at": UNHOLDABLE[0]}, "filter")
+    assert "known_at" in str(raised.value.field)

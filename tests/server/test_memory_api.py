@@ -494,3 +494,27 @@ def test_a_delete_keeps_its_reason_in_the_history(service: TestClient) -> None:
     assert gone.status_code == 200
     entries = service.get(f"/v1/memory/{made['id']}/history").json()["entries"]
     assert entries[-1]["event"] == "delete" and entries[-1]["reason"] == "user moved"
+
+
+def test_search_as_of_a_moment_leaves_out_what_was_said_after_it(service: TestClient) -> None:
+    """``as_of`` asks what was known then (issue 18): the move said in June is not known in
+    May, though a chat turn is valid from whenever; without it, both come back."""
+    for text, said in (
+        ("I live in Lisbon, near the river.", "2023-05-01T10:00:00Z"),
+        ("I moved to Porto last week, I live there now.", "2023-06-20T10:00:00Z"),
+    ):
+        create(service, user_id="alice", session_id="s1",
+               messages=[{"role": "user", "content": text, "timestamp": said}])  # fmt: skip
+    query = {"user_id": "alice", "query": "Where do I live?", "k": 5, "threshold": 0.0}
+
+    def found(**extra: Any) -> list[str]:
+        answer = service.post("/v1/memory/search", json={**query, **extra})
+        assert answer.status_code == 200, answer.text
+        return [hit["record"]["content"]["raw"] for hit in answer.json()["results"]]
+
+    assert len(found()) == 2
+    assert found(as_of="2023-05-15T00:00:00Z") == ["I live in Lisbon, near the river."]
+    assert found(as_of="2023-04-01T00:00:00+02:00") == []
+    assert len(found(as_of="2023-07-01T00:00:00Z")) == 2
+    bad = service.post("/v1/memory/search", json={**query, "as_of": "last May"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "as_of"

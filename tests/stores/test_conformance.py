@@ -275,6 +275,9 @@ FILTERS: list[dict[str, Any]] = [
     {"agent_id": "a", "project_id": "p"},
     {"created_after": T0 + timedelta(days=3), "created_before": T0 + timedelta(days=8)},
     {"valid_at": T0 + timedelta(days=4)},
+    # As of day 4: said by then and not yet ended (the note of day 0 ended on day 3).
+    {"known_at": T0 + timedelta(days=4)},
+    {"known_at": T0 + timedelta(days=7, hours=12), "valid_at": T0 + timedelta(days=2)},
     {"metadata": {"lang": "fr"}},
     {"metadata": {"rank": 2, "lang": "fr"}},
     {"metadata": {"flag": True}},

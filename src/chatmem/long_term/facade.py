@@ -245,8 +245,9 @@ class LongTermMemory:
         least ``threshold`` (see ``chatmem.ranking`` for the score).
 
         Facts that were superseded (``valid_to`` in the past) are left out unless
-        ``include_superseded`` is set or the filter asks for a moment (``valid_at``): what is
-        true now comes first, and what was true before stays answerable (SPEC X3).
+        ``include_superseded`` is set or the filter asks for a moment (``valid_at``, or
+        ``known_at``: as of then): what is true now comes first, and what was true before
+        stays answerable (SPEC X3).
         """
         if not query or not query.strip():
             raise ValidationError("query is empty", field="query")
@@ -264,7 +265,7 @@ class LongTermMemory:
                 embed=embedding.result,
             )
         )
-        current_only = not include_superseded and scope.valid_at is None
+        current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
         # Superseded facts are rare; asking for twice as many leaves room to drop them.
         best = ranking.select(
             ranking.fuse(candidates, self.ranking), 2 * k if current_only else k, threshold

@@ -19,7 +19,7 @@ from typing import Any
 
 from chatmem import text as textlib
 from chatmem.errors import ValidationError
-from chatmem.records import Source
+from chatmem.records import Source, utc_ms
 
 #: Message roles accepted by ``add``.
 ROLES = frozenset({"user", "assistant", "system", "tool"})
@@ -192,7 +192,10 @@ def _timestamp(value: Any, field: str) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+        try:
+            return utc_ms(value)
+        except ValueError as exc:  # 9999-12-31T23:59:59-14:00: no year 10000 in UTC
+            raise ValidationError(str(exc), field=field) from None
     if isinstance(value, int | float) and not isinstance(value, bool):
         try:
             return datetime.fromtimestamp(value / 1000, tz=UTC)
@@ -200,7 +203,9 @@ def _timestamp(value: Any, field: str) -> datetime | None:
             raise ValidationError("is out of range for a time", field=field) from None
     if isinstance(value, str):
         try:
-            return _timestamp(datetime.fromisoformat(value), field)
+            moment = datetime.fromisoformat(value)
         except ValueError:
             pass
+        else:
+            return _timestamp(moment, field)
     raise ValidationError("must be milliseconds since the epoch or an ISO 8601 time", field=field)

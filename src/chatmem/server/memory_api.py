@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from chatmem.errors import ValidationError
 from chatmem.long_term import LongTermMemory, OnConflict
@@ -30,6 +30,7 @@ from chatmem.records import (
     MemoryRecord,
     MemoryType,
     SearchResult,
+    utc_ms,
     utcnow,
 )
 from chatmem.server.auth import Reader
@@ -49,6 +50,8 @@ Id = Annotated[str, Field(min_length=1, max_length=256)]
 Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
 Tag = Annotated[str, Field(min_length=1, max_length=64)]
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+#: An ISO 8601 time (naive: UTC), refused by name when UTC cannot hold it.
+UtcTime = Annotated[datetime, AfterValidator(utc_ms)]
 IdQuery = Annotated[str, Query(min_length=1, max_length=256)]
 OptionalIdQuery = Annotated[str | None, Query(min_length=1, max_length=256)]
 MemoryId = Annotated[str, Path(min_length=1, max_length=256)]
@@ -92,7 +95,7 @@ class CreateMemory(_Body):
     allowed_roles: list[Id] | None = Field(default=None, max_length=64)
     #: The memories' TTL (ISO 8601; no zone: UTC): no read returns them after it, and the
     #: decay sweep deletes them.
-    expires_at: datetime | None = None
+    expires_at: UtcTime | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> CreateMemory:
@@ -109,6 +112,9 @@ class SearchMemories(_Body):
     types: list[MemoryType] | None = Field(default=None, min_length=1)
     project_id: Id | None = None
     include_superseded: bool = False
+    #: As of this moment (ISO 8601): only what was known then, as it was then (a memory
+    #: recorded later, or a fact superseded before it, is left out).
+    as_of: UtcTime | None = None
 
 
 class UpdateMemory(_Body):
@@ -122,7 +128,7 @@ class UpdateMemory(_Body):
     tags: list[Tag] | None = Field(default=None, max_length=64)
     reason: str | None = Field(default=None, max_length=1000)
     #: A new TTL (ISO 8601); null removes the memory's TTL; absent leaves it.
-    expires_at: datetime | None = None
+    expires_at: UtcTime | None = None
 
     @model_validator(mode="after")
     def _something(self) -> UpdateMemory:
@@ -182,8 +188,8 @@ class Narrow:
     session_id: str | None
     agent_id: str | None
     types: list[MemoryType] | None
-    created_after: datetime | None
-    created_before: datetime | None
+    created_after: UtcTime | None
+    created_before: UtcTime | None
     current: bool
 
     def fields(self) -> dict[str, Any]:
@@ -203,8 +209,8 @@ def narrow_of(
     session_id: OptionalIdQuery = None,
     agent_id: OptionalIdQuery = None,
     type: Annotated[list[MemoryType] | None, Query(max_length=8)] = None,
-    created_after: Annotated[datetime | None, Query()] = None,
-    created_before: Annotated[datetime | None, Query()] = None,
+    created_after: Annotated[UtcTime | None, Query()] = None,
+    created_before: Annotated[UtcTime | None, Query()] = None,
     current: Annotated[bool, Query()] = False,
 ) -> Narrow:
     """``type`` may repeat; times are ISO 8601; ``current`` keeps memories valid now."""
@@ -318,7 +324,9 @@ def in_tenant(lines: Sequence[str], tenant_id: str) -> list[str]:
 def search_memories(body: SearchMemories, memory: LongTermDep, reader: ReaderDep) -> SearchResults:
     """A user's memories most relevant to ``query``, best first, with their scores."""
     scope = reader.filter(
-        project_id=body.project_id, types=frozenset(body.types) if body.types else None
+        project_id=body.project_id,
+        types=frozenset(body.types) if body.types else None,
+        known_at=body.as_of,
     )
     found = memory.search(
         body.query,

@@ -133,6 +133,9 @@ def filter_for(scope: Filter) -> models.Filter:
     if scope.valid_at is not None:
         moment = ms_floor(scope.valid_at)
         must += [_range("valid_from", lte=moment), _range("valid_to", gt=moment)]
+    if scope.known_at is not None:
+        moment = ms_floor(scope.known_at)
+        must += [_range("created_at", lte=moment), _range("valid_to", gt=moment)]
     for key, value in (scope.metadata or {}).items():
         must.append(_metadata_condition(key, value))
     if scope.reader_roles is not None:

@@ -79,6 +79,9 @@ def _times(scope: Filter) -> list[str]:
     if scope.valid_at is not None:
         moment = ms_floor(scope.valid_at)
         parts.append(f"valid_from <= {moment} and valid_to > {moment}")
+    if scope.known_at is not None:
+        moment = ms_floor(scope.known_at)
+        parts.append(f"created_at <= {moment} and valid_to > {moment}")
     return parts
 
 

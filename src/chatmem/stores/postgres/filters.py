@@ -59,6 +59,11 @@ def _add_times(scope: Filter, alias: str, conditions: list[str], params: list[An
             f" AND ({alias}.valid_to IS NULL OR %s < {alias}.valid_to)"
         )
         params.extend([scope.valid_at, scope.valid_at])
+    if scope.known_at is not None:
+        conditions.append(
+            f"{alias}.created_at <= %s AND ({alias}.valid_to IS NULL OR %s < {alias}.valid_to)"
+        )
+        params.extend([scope.known_at, scope.known_at])
 
 
 def _add_metadata(scope: Filter, alias: str, conditions: list[str], params: list[Any]) -> None:

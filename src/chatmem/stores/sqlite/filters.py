@@ -50,6 +50,12 @@ def _add_times(scope: Filter, alias: str, conditions: list[str], params: list[An
             f" AND ({alias}.valid_to IS NULL OR ? < {alias}.valid_to)"
         )
         params.extend([moment, moment])
+    if scope.known_at is not None:
+        moment = to_ms(scope.known_at)
+        conditions.append(
+            f"{alias}.created_at <= ? AND ({alias}.valid_to IS NULL OR ? < {alias}.valid_to)"
+        )
+        params.extend([moment, moment])
 
 
 def _add_metadata(scope: Filter, alias: str, conditions: list[str], params: list[Any]) -> None:
