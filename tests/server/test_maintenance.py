@@ -72,7 +72,8 @@ def test_a_scheduled_decay_removes_expired_memories(make_service: ServiceFactory
     assert long_term.get(kept.id, user_id="alice").id == kept.id
     leases = client.get("/v1/admin/maintenance", headers=ADMIN).json()["jobs"]
     decay = next(j for j in leases if j["job"] == "decay")
-    assert decay["last_result"]["counts"]["expired"] >= 1
+    # The run that deleted it, or (every 0.3 s) a later one that found nothing left.
+    assert decay["last_result"]["counts"]["expired"] in (0, 1)
     next_due, last_run = (datetime.fromisoformat(decay[k]) for k in ("next_due_at", "last_run_at"))
     assert next_due > last_run - timedelta(seconds=1)
 
