@@ -13,6 +13,11 @@ one in ten, a role restriction, so every filter narrows to a real share of the r
 timed search is a fresh question (the query-embedding cache never answers). Rows report
 p50 and p95 in ms, and each filter's p50 as a ratio of the unfiltered p50 of the same user.
 
+A second table times searches that each follow an update of one memory's
+``user_metadata`` (no new vector), as in a conversation where the write policy updates
+memories between questions: the unfiltered search against filters that must see the
+update (``--update-runs`` of each).
+
 Run: ``python benchmarks/filters.py`` (``--memories``, ``--long-memories``, ``--runs``,
 ``--json``). On 2 cores set ``OPENBLAS_NUM_THREADS=1`` (see benchmarks/retrieval.py).
 """
@@ -32,8 +37,10 @@ from typing import Any
 
 from chatmem import LocalEmbedder, LongTermMemory
 from chatmem.records import Filter, MemoryRecord, MemoryType
-from chatmem.stores import SQLiteStore
+from chatmem.stores import Change, SQLiteStore
 
+#: Latencies in ms by filter name.
+Samples = dict[str, list[float]]
 START = datetime(2025, 1, 1, tzinfo=UTC)
 TYPES = [MemoryType.SEMANTIC, MemoryType.EPISODIC, MemoryType.PREFERENCE, MemoryType.PROFILE]
 PLACES = ["Lisbon", "Kyoto", "Oslo", "Lima", "Accra", "Hanoi", "Quito", "Perth", "Tunis"]
@@ -102,19 +109,52 @@ FILTERS: dict[str, dict[str, Any]] = {
 }
 
 
-def _questions(rng: random.Random, runs: int) -> list[str]:
+def _questions(rng: random.Random, runs: int, tag: str) -> list[str]:
+    """``runs`` questions, each asked once in a run: ``tag`` names the user and the phase."""
     return [
         f"{rng.choice(['What', 'When', 'How much'])} did I {rng.choice(['buy', 'plan', 'spend'])}"
-        f" on the {rng.choice(THINGS)} in {rng.choice(PLACES)}, question {n}?"
+        f" on the {rng.choice(THINGS)} in {rng.choice(PLACES)}, question {tag} {n}?"
         for n in range(runs)
     ]
 
 
-def measure(memory: LongTermMemory, user: str, k: int, runs: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in FILTERS}
+def measure(memory: LongTermMemory, user: str, k: int, runs: int, phase: str) -> Samples:
+    times: Samples = {name: [] for name in FILTERS}
     rng = random.Random(11)
-    for question in _questions(rng, runs):
+    for question in _questions(rng, runs, f"{user} {phase}"):
         for name, narrow in FILTERS.items():  # interleaved: every row sees the same moment
+            scope = Filter(**narrow) if narrow else None
+            began = time.perf_counter()
+            memory.search(f"{question} ({name})", user_id=user, k=k, filter=scope)
+            times[name].append((time.perf_counter() - began) * 1000)
+    return times
+
+
+#: The searches timed right after an update.
+AFTER_UPDATE = ("no filter", "types", "metadata", "reader_roles")
+
+
+def _update_one(memory: LongTermMemory, user: str, memory_id: str, topic: str) -> None:
+    """A new ``user_metadata`` topic for one memory of ``user``, its vector kept."""
+    (old,) = memory.store.get([memory_id], Filter(user_id=user))
+    new = old.model_copy(
+        update={
+            "user_metadata": {**old.user_metadata, "topic": topic},
+            "metadata": old.metadata.model_copy(update={"version": old.metadata.version + 1}),
+        }
+    )
+    memory.store.update([Change(new, None, old.metadata.version)])
+
+
+def measure_after_updates(memory: LongTermMemory, user: str, k: int, runs: int) -> Samples:
+    """Each search right after an update of one memory of the user."""
+    times: Samples = {name: [] for name in AFTER_UPDATE}
+    rng = random.Random(13)
+    ids = [r.id for r in memory.store.list(Filter(user_id=user), limit=500).records]
+    for question in _questions(rng, runs, f"{user} updates"):
+        for name in AFTER_UPDATE:
+            _update_one(memory, user, rng.choice(ids), rng.choice(["travel", "music", "money"]))
+            narrow = FILTERS[name]
             scope = Filter(**narrow) if narrow else None
             began = time.perf_counter()
             memory.search(f"{question} ({name})", user_id=user, k=k, filter=scope)
@@ -129,32 +169,45 @@ def _row(name: str, samples: list[float], base: float) -> dict[str, Any]:
     return {"filter": name, "p50_ms": p50, "p95_ms": p95, "vs_no_filter": p50 / base}
 
 
+def _table(title: str, times: Samples) -> list[dict[str, Any]]:
+    base = statistics.median(times["no filter"])
+    rows = [_row(name, samples, base) for name, samples in times.items()]
+    print(f"\n{title}")
+    print(f"{'filter':<16}{'p50 ms':>9}{'p95 ms':>9}{'x no filter':>13}")
+    for row in rows:
+        print(
+            f"{row['filter']:<16}{row['p50_ms']:>9.2f}{row['p95_ms']:>9.2f}"
+            f"{row['vs_no_filter']:>13.2f}"
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--long-memories", type=int, default=500)
     parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--update-runs", type=int, default=20)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="chatmem-filters-"))
-    results: dict[str, Any] = {"runs": args.runs, "users": {}}
+    results: dict[str, Any] = {"runs": args.runs, "update_runs": args.update_runs, "users": {}}
     with LongTermMemory(SQLiteStore(folder / "chatmem.db"), LocalEmbedder()) as memory:
         rng = random.Random(3)
         _build(memory, "short", args.memories, lambda i: _fact(rng, i))
         _build(memory, "long", args.long_memories, lambda i: _turn(rng, i))
         for user, k, count in (("short", 5, args.memories), ("long", 50, args.long_memories)):
-            measure(memory, user, k, 5)  # warm: vectors cached, pages read
-            times = measure(memory, user, k, args.runs)
-            base = statistics.median(times["no filter"])
-            rows = [_row(name, samples, base) for name, samples in times.items()]
-            results["users"][user] = {"memories": count, "k": k, "rows": rows}
-            print(f"\n{user}: {count} memories, k = {k}, {args.runs} searches per row")
-            print(f"{'filter':<16}{'p50 ms':>9}{'p95 ms':>9}{'x no filter':>13}")
-            for row in rows:
-                print(
-                    f"{row['filter']:<16}{row['p50_ms']:>9.2f}{row['p95_ms']:>9.2f}"
-                    f"{row['vs_no_filter']:>13.2f}"
-                )
+            measure(memory, user, k, 5, "warm")  # vectors cached, pages read
+            title = f"{user}: {count} memories, k = {k}, {args.runs} searches per row"
+            rows = _table(title, measure(memory, user, k, args.runs, "timed"))
+            updated = measure_after_updates(memory, user, k, args.update_runs)
+            title = f"{user}, each search right after an update ({args.update_runs} per row)"
+            results["users"][user] = {
+                "memories": count,
+                "k": k,
+                "rows": rows,
+                "after_update": _table(title, updated),
+            }
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

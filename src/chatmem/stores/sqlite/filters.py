@@ -1,14 +1,17 @@
 """A ``Filter`` in the SQLite store's SQL: the conditions of reads and deletes, and which of
-a user's rows a search may return (the few hidden by roles or a TTL, or the ones a narrower
-filter admits)."""
+a user's rows a search may return (all but the few expired, or the ones a narrower filter
+or the reader's roles admit, from the field cache)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 from chatmem.records import Filter, to_ms, utcnow
 from chatmem.stores.sql_rows import EQUAL_COLUMNS
+from chatmem.stores.sqlite.field_cache import ANSWERED, FieldCache, Mask, Rowids, Versions
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.schema import INDEXED_METADATA, RESTRICTED, ROLES_PATH
 
@@ -90,58 +93,90 @@ def _add_access(scope: Filter, alias: str, conditions: list[str], params: list[A
         params.extend(roles)
 
 
-def _hidden(conn: sqlite3.Connection, scope: Filter) -> set[int]:
-    """The rows of ``scope``'s user that its reader may not see (restricted to roles the
-    reader lacks, found through the ``memories_restricted`` index) or that expired (through
-    ``memories_expiring``)."""
-    expired = conn.execute(
+def _expired(conn: sqlite3.Connection, scope: Filter) -> frozenset[int]:
+    """The rows of ``scope``'s user whose TTL ran out (few: the ``memories_expiring``
+    partial index finds them)."""
+    rows = conn.execute(
         "SELECT rowid FROM memories WHERE tenant_id = ? AND user_id = ?"
         " AND expires_at IS NOT NULL AND expires_at <= ?",
         (scope.tenant_id, scope.user_id, to_ms(utcnow())),
     ).fetchall()
-    return {rowid for (rowid,) in expired} | _hidden_by_roles(conn, scope)
-
-
-def _hidden_by_roles(conn: sqlite3.Connection, scope: Filter) -> set[int]:
-    if scope.reader_roles is None:
-        return set()
-    rows = conn.execute(
-        f"SELECT m.rowid, json_extract(m.body, '{ROLES_PATH}') FROM memories AS m"
-        f" WHERE m.tenant_id = ? AND m.user_id = ? AND {RESTRICTED.format(alias='m')}",
-        (scope.tenant_id, scope.user_id),
-    ).fetchall()
-    return {rowid for rowid, roles in rows if scope.reader_roles.isdisjoint(json.loads(roles))}
+    return frozenset(rowid for (rowid,) in rows)
 
 
 class Admitted(NamedTuple):
-    """Which of a user's rows a search may return: ``only`` these (a filter narrower than
-    tenant and user), or all but ``hidden`` (those the reader's roles do not open)."""
+    """Which of a user's rows a search may return. With ``rowids`` (sorted), those where
+    ``mask`` is set (a filter narrower than the user, or a reader's roles); without, all
+    but ``hidden`` (the few that expired)."""
 
-    only: set[int] | None
-    hidden: set[int]
+    rowids: Rowids | None
+    mask: Mask | None
+    hidden: frozenset[int]
 
-    def admits(self, rowid: int) -> bool:
-        return (self.only is None or rowid in self.only) and rowid not in self.hidden
+    @property
+    def share(self) -> float:
+        """The part of the user's rows admitted (1.0 when only ``hidden`` are left out)."""
+        if self.rowids is None or self.mask is None:
+            return 1.0
+        return float(np.count_nonzero(self.mask)) / max(len(self.mask), 1)
+
+    def admits(self, rowids: Rowids) -> Mask:
+        """Which of ``rowids`` (any order) may be returned."""
+        if self.rowids is None or self.mask is None:
+            return ~np.isin(rowids, np.fromiter(self.hidden, np.int64, len(self.hidden)))
+        if not len(self.rowids):
+            return np.zeros(len(rowids), dtype=np.bool_)
+        at = np.minimum(np.searchsorted(self.rowids, rowids), len(self.rowids) - 1)
+        found: Mask = (self.rowids[at] == rowids) & self.mask[at]
+        return found
+
+    def positions(self, rowids: Rowids) -> npt.NDArray[np.intp]:
+        """Where the admitted rows sit in ``rowids`` (sorted: the vector cache's)."""
+        if self.rowids is None and not self.hidden:
+            return np.arange(len(rowids))
+        if (
+            self.rowids is not None
+            and self.mask is not None
+            and np.array_equal(self.rowids, rowids)
+        ):
+            return np.flatnonzero(self.mask)  # the field and vector caches share their order
+        return np.flatnonzero(self.admits(rowids))
 
 
-def admitted(conn: sqlite3.Connection, scope: Filter) -> Admitted:
-    """The rows of ``scope``'s user that a search may return. A narrower filter is one query
-    over the user's rows (by the ``memories_by_user`` index), run once for both halves;
-    without one, only the few rows hidden by roles are read (SPEC L7)."""
-    if not _has_extra_conditions(scope):
-        return Admitted(None, _hidden(conn, scope))
+def admitted(
+    conn: sqlite3.Connection, scope: Filter, cache: FieldCache, versions: Versions
+) -> Admitted:
+    """The rows of ``scope``'s user that a search may return. A filter narrower than the
+    user, or a reader's roles, is a mask over the user's cached fields (``field_cache``)
+    at ``versions``; a field the cache does not hold (``ids``) is asked of SQL. Without
+    either, only the few expired rows are read (SPEC L7)."""
+    narrowing = _narrowing(scope)
+    if not narrowing:
+        return Admitted(None, None, _expired(conn, scope))
+    if narrowing <= ANSWERED:
+        fields = cache.fields(conn, scope.tenant_id, scope.require_user(), versions)
+        return Admitted(fields.rowids, fields.mask(conn, scope), frozenset())
     conditions, params = where(scope)
-    rows = conn.execute(f"SELECT m.rowid FROM memories AS m WHERE {conditions}", params)
-    return Admitted({rowid for (rowid,) in rows}, set())
-
-
-def _has_extra_conditions(scope: Filter) -> bool:
-    """Whether ``scope`` narrows a user's memories further than tenant and user."""
-    narrowing = scope.model_dump(
-        exclude={"tenant_id", "user_id", "reader_roles", "expired"}, exclude_none=True
+    rows = conn.execute(
+        f"SELECT m.rowid FROM memories AS m WHERE {conditions} ORDER BY m.rowid", params
     )
-    # Leaving out expired memories is done like the roles' check (``_hidden``).
-    return bool(narrowing) or scope.expired is not False
+    found = np.fromiter((rowid for (rowid,) in rows), np.int64)
+    return Admitted(found, np.ones(len(found), dtype=np.bool_), frozenset())
+
+
+def _narrowing(scope: Filter) -> set[str]:
+    """The fields by which ``scope`` narrows a user's memories further than leaving out the
+    expired ones (the default)."""
+    names = {name for name in _OPTIONAL if getattr(scope, name) is not None}
+    if scope.expired is not False:
+        names.add("expired")
+    return names
+
+
+#: The fields of a ``Filter`` that narrow when set; tenant and user are the search's own.
+_OPTIONAL = tuple(
+    name for name in Filter.model_fields if name not in {"tenant_id", "user_id", "expired"}
+)
 
 
 __all__ = ["Admitted", "admitted", "where"]

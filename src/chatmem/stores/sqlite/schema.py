@@ -1,10 +1,12 @@
 """The SQLite memory store's tables: its append-only migrations, and how a user maps to
 its keyword shard.
 
-- ``memories``: one row per record; filterable fields as columns, the full record as JSON.
+- ``memories``: one row per record; filterable fields as columns, the full record as JSON,
+  and ``edited``, its user's ``edited`` count when the row was last updated.
 - ``memory_vectors``: each record's vector (float32 blob), by the row's ``rowid``.
-- ``user_versions``: per user, counters every write transaction bumps, so that each
-  connection's vector cache knows when a user's vectors moved on.
+- ``user_versions``: per user, counters every write transaction bumps (``appended``,
+  ``changed``, ``edited``), so that each connection's vector and field caches know when a
+  user's vectors or filterable fields moved on.
 - ``memory_fts_0`` … ``memory_fts_f``: FTS5 (porter stemming) over the fields of
   ``text.index_fields``, sharded by user (``FTS_SHARDS``), plus a per-user token column so a
   keyword search never scores another user's rows.
@@ -115,6 +117,15 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE memories ADD COLUMN expires_at INTEGER;
     CREATE INDEX memories_expiring ON memories (tenant_id, user_id, expires_at)
         WHERE expires_at IS NOT NULL;
+    """,
+    # Every update bumps its user's ``edited`` and writes the new count into the row, so
+    # each connection's field cache (``field_cache``) reads only the rows updated since it
+    # last looked, through a partial index of the updated rows.
+    """
+    ALTER TABLE user_versions ADD COLUMN edited INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE memories ADD COLUMN edited INTEGER;
+    CREATE INDEX memories_edited ON memories (tenant_id, user_id, edited)
+        WHERE edited IS NOT NULL;
     """,
 )
 #: user_metadata keys with an index (migration 3); a filter on one of them is written with

@@ -4,28 +4,27 @@ keyword matches (BM25 in the user's shard). Fusing them is the ranking layer's j
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-import numpy.typing as npt
 
 from chatmem import text as textlib
 from chatmem.records import Vector
 from chatmem.stores.base import SearchQuery
+from chatmem.stores.sqlite.field_cache import Versions
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.filters import Admitted
 from chatmem.stores.sqlite.schema import FTS_WEIGHTS, fts_table, user_key, user_token
 from chatmem.stores.vector_cache import VectorCache
 
 
-def _array(rowids: set[int]) -> npt.NDArray[np.int64]:
-    return np.fromiter(rowids, dtype=np.int64, count=len(rowids))
-
-
-def _user_versions(conn: sqlite3.Connection, tenant: str, user: str) -> tuple[int, int]:
+def user_versions(conn: sqlite3.Connection, tenant: str, user: str) -> Versions:
+    """The user's write counters in ``conn``'s snapshot (what both caches are exact at)."""
     row = conn.execute(
-        "SELECT appended, changed FROM user_versions WHERE tenant_id = ? AND user_id = ?",
+        "SELECT appended, changed, edited FROM user_versions WHERE tenant_id = ? AND user_id = ?",
         (tenant, user),
     ).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+    return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
 
 def vector_half(
@@ -34,13 +33,13 @@ def vector_half(
     dimension: int,
     query: SearchQuery,
     vector: Vector,
-    user: str,
+    versions: Versions,
     admitted: Admitted,
     also: set[int],
 ) -> dict[int, float]:
     """The ``candidates`` nearest rows that the filter ``admitted``, plus the cosine of
     ``also``."""
-    tenant = query.filter.tenant_id
+    tenant, user = query.filter.tenant_id, query.filter.require_user()
 
     def read(after: int) -> list[tuple[int, bytes]]:
         rows: list[tuple[int, bytes]] = conn.execute(
@@ -51,14 +50,9 @@ def vector_half(
         ).fetchall()
         return rows
 
-    versions = _user_versions(conn, tenant, user)
-    vectors = cache.vectors(user_key(tenant, user), versions, dimension, read)
+    vectors = cache.vectors(user_key(tenant, user), versions[:2], dimension, read)
     scores = vectors.scores(vector)
-    pool = np.arange(len(vectors.rowids))
-    if admitted.only is not None:
-        pool = np.flatnonzero(np.isin(vectors.rowids, _array(admitted.only)))
-    elif admitted.hidden:
-        pool = pool[~np.isin(vectors.rowids, _array(admitted.hidden))]
+    pool = admitted.positions(vectors.rowids)
     if len(pool) > query.candidates:
         best = np.argpartition(-scores[pool], query.candidates - 1)[: query.candidates]
         pool = pool[best]
@@ -74,8 +68,9 @@ def keyword_half(
 ) -> list[tuple[int, float]]:
     """The ``candidates`` best keyword matches that the filter ``admitted``. The match runs
     on the full-text table alone (joined to ``memories``, SQLite would run it once per
-    row of the user); rows the filter leaves out are dropped after, asking for more
-    while a page came back full and too few were kept."""
+    row of the user); rows the filter leaves out are dropped after. The page asked for is
+    sized by the share of rows admitted, and asked again, larger, in the rare case that it
+    came back full with too few kept."""
     assert query.text is not None
     terms = textlib.query_terms(query.text)
     if not terms:
@@ -84,15 +79,18 @@ def keyword_half(
     table = fts_table(token)
     match = f'ukey : "{token}" AND {{said prev nxt day}} : ({textlib.fts5_any(terms)})'
     weights = ", ".join(str(w) for w in FTS_WEIGHTS)
-    wanted = query.candidates
-    limit = wanted + len(admitted.hidden) if admitted.only is None else 4 * wanted
+    wanted, share = query.candidates, admitted.share
+    if share == 0.0:
+        return []
+    limit = wanted + len(admitted.hidden) if share == 1.0 else math.ceil(1.5 * wanted / share) + 16
     while True:
         rows = conn.execute(
             f"SELECT rowid, bm25({table}, {weights}) AS s FROM {table}"
             f" WHERE {table} MATCH ? ORDER BY s LIMIT ?",
             (match, limit),
         ).fetchall()
-        kept = [row for row in rows if admitted.admits(row[0])]
+        keep = admitted.admits(np.fromiter((row[0] for row in rows), np.int64, len(rows)))
+        kept = [row for row, admit in zip(rows, keep.tolist(), strict=True) if admit]
         if len(kept) >= wanted or len(rows) < limit:
             rows = kept[:wanted]
             break
@@ -112,4 +110,4 @@ def ids_by_rowid(conn: sqlite3.Connection, rowids: set[int]) -> dict[int, str]:
     return dict(rows)
 
 
-__all__ = ["ids_by_rowid", "keyword_half", "vector_half"]
+__all__ = ["ids_by_rowid", "keyword_half", "user_versions", "vector_half"]

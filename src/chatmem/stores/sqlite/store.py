@@ -32,6 +32,8 @@ from chatmem.stores.sql_rows import (
 )
 from chatmem.stores.sqlite import search as halves
 from chatmem.stores.sqlite import writes
+from chatmem.stores.sqlite.field_cache import DEFAULT_BUDGET_BYTES as FIELDS_BUDGET_BYTES
+from chatmem.stores.sqlite.field_cache import FieldCache
 from chatmem.stores.sqlite.file import SQLiteFile, sqlite3
 from chatmem.stores.sqlite.filters import admitted, where
 from chatmem.stores.sqlite.schema import MIGRATIONS
@@ -51,10 +53,12 @@ class SQLiteStore(MemoryStore):
         *,
         synchronous: str = "NORMAL",
         vector_cache_bytes: int = DEFAULT_BUDGET_BYTES,
+        field_cache_bytes: int = FIELDS_BUDGET_BYTES,
     ) -> None:
         self.path = str(path)
         self._file = SQLiteFile(path, synchronous=synchronous)
         self._vector_cache = VectorCache(vector_cache_bytes)
+        self._field_cache = FieldCache(field_cache_bytes)
         self._file.migrate(MIGRATIONS)
         self._embedding = self._read_embedding()
 
@@ -222,7 +226,8 @@ class SQLiteStore(MemoryStore):
         self, conn: sqlite3.Connection, query: SearchQuery, user: str
     ) -> tuple[dict[int, float], dict[int, float]]:
         """Cosine and keyword scores by rowid, within one read transaction."""
-        allowed = admitted(conn, query.filter)
+        versions = halves.user_versions(conn, query.filter.tenant_id, user)
+        allowed = admitted(conn, query.filter, self._field_cache, versions)
         keyword: dict[int, float] = {}
         if query.text:
             keyword = dict(halves.keyword_half(conn, query, user, allowed))
@@ -237,7 +242,7 @@ class SQLiteStore(MemoryStore):
                 self._dimension(),
                 query,
                 vector,
-                user,
+                versions,
                 allowed,
                 set(keyword),
             )

@@ -1,6 +1,6 @@
 """The SQLite store's write path: a record's row, vector, keyword row and history, each
 written inside the caller's ``BEGIN IMMEDIATE`` transaction, and the per-user counters that
-tell every connection's vector cache its vectors moved on."""
+tell every connection's vector and field caches a user's rows moved on."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from chatmem.stores.sqlite.schema import FTS_COLUMNS, fts_of, fts_table, user_to
 _UPDATE = (
     "UPDATE memories SET agent_id = ?, project_id = ?, session_id = ?, type = ?,"
     " scope = ?, created_at = ?, valid_from = ?, valid_to = ?, version = ?,"
-    " expires_at = ?, body = ? WHERE rowid = ?"
+    " expires_at = ?, body = ?, edited = ? WHERE rowid = ?"
 )
 
 
@@ -38,13 +38,16 @@ def _columns(record: MemoryRecord) -> tuple[Any, ...]:
     return columns(record, to_ms)
 
 
-def _bump(conn: sqlite3.Connection, record: MemoryRecord, counter: str) -> None:
-    """Tell every reader's vector cache that this user's vectors moved on."""
-    conn.execute(
+def _bump(conn: sqlite3.Connection, record: MemoryRecord, counter: str) -> int:
+    """Tell every reader's vector and field caches that this user's rows moved on; the
+    counter's new value."""
+    row = conn.execute(
         f"INSERT INTO user_versions (tenant_id, user_id, {counter}) VALUES (?, ?, 1)"
-        f" ON CONFLICT (tenant_id, user_id) DO UPDATE SET {counter} = {counter} + 1",
+        f" ON CONFLICT (tenant_id, user_id) DO UPDATE SET {counter} = {counter} + 1"
+        f" RETURNING {counter}",
         (record.tenant_id, record.user_id),
-    )
+    ).fetchone()
+    return int(row[0])
 
 
 def insert(conn: sqlite3.Connection, entries: Sequence[Entry]) -> None:
@@ -107,7 +110,9 @@ def apply_change(conn: sqlite3.Connection, change: Change) -> None:
         raise ConflictError(
             f"memory {new.id!r} is at version {version}, not {change.expected_version}"
         )
-    conn.execute(_UPDATE, (*_columns(new)[3:], new.model_dump_json(), rowid))
+    # The row keeps the count it was updated at: field caches read what moved on since.
+    edited = _bump(conn, new, "edited")
+    conn.execute(_UPDATE, (*_columns(new)[3:], new.model_dump_json(), edited, rowid))
     if change.vector is not None:
         conn.execute(
             "UPDATE memory_vectors SET embedding = ? WHERE rowid = ?",
