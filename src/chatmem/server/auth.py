@@ -121,10 +121,13 @@ def check_tenant(tenant_id: str) -> str:
 
 
 def check_roles(roles: list[str]) -> list[str]:
+    # Key tables keep a key's roles joined by commas: a comma in a role would read back
+    # as several roles, and grant them.
     for index, role in enumerate(roles):
-        if not role or len(role) > 64 or role == ADMIN:
+        if not role or len(role) > 64 or role == ADMIN or "," in role:
             raise ValidationError(
-                "a role is 1 to 64 characters and not 'admin'", field=f"roles[{index}]"
+                "a role is 1 to 64 characters, without a comma, and not 'admin'",
+                field=f"roles[{index}]",
             )
     return sorted(set(roles))
 
