@@ -6,6 +6,7 @@ collections, ``<prefix>_memories``, ``<prefix>_history`` and ``<prefix>_meta`` (
 
 - ``store``: ``MilvusStore``, the store interface, handing each call to its path;
 - ``connection``: pymilvus' client, its errors as chatmem's, reads past the query window;
+- ``features``: what the server offers, from its version (BM25, INVERTED indexes, upsert);
 - ``schema``: the collections' schemas and indexes, making them, the meta pairs;
 - ``rows``: records as rows and back (compressed bodies, keyword text, history rows);
 - ``expressions``: ``Filter`` as a Milvus boolean expression;
@@ -39,7 +40,10 @@ Full-text search works on Milvus Lite 3.x: ``text`` feeds a BM25 function, searc
 query's terms. Lite's analyzer has no stemmer, so the text is analysed here (chatmem.text's
 words and stop words, Porter stems) and Milvus only splits it, on Lite and server alike.
 Lite scores BM25 per segment and reports ``-score`` as the distance where a server reports the
-score; keyword hits carry the BM25 score, higher is better, on both.
+score; keyword hits carry the BM25 score, higher is better, on both. A server older than 2.5
+has no BM25: there the store is dense-only (``features``), with ``keyword_search`` False and a
+warning when it opens; older than 2.4, it also uses the server's own scalar index types and
+replaces rows by delete, then insert (2.3's upsert moves a row out of its partition).
 """
 
 from chatmem.stores.milvus.connection import QUERY_WINDOW, SCAN_BATCH

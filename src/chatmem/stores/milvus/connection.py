@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from chatmem.errors import ConfigError, StoreError, StoreUnavailableError
+from chatmem.stores.milvus.features import FULL, ServerFeatures, features_of
 
 T = TypeVar("T")
 
@@ -89,6 +90,8 @@ class MilvusConnection:
         self.timeout = timeout
         self.closed = False
         self.client = self._connect(token, db_name)
+        #: The version a server reports ("" for Milvus Lite, which is not asked).
+        self.version = ""
 
     def _connect(self, token: str | None, db_name: str | None) -> Any:
         if self.lite_path is not None:
@@ -106,6 +109,14 @@ class MilvusConnection:
             raise StoreUnavailableError(
                 f"cannot open Milvus at {self.uri!r}{hint}: {exc.message}"
             ) from exc
+
+    def features(self) -> ServerFeatures:
+        """What the Milvus at the other end offers: everything on Lite, by version on a
+        server (``features``)."""
+        if self.lite_path is not None:
+            return FULL
+        self.version = str(self.call(self.client.get_server_version))
+        return features_of(self.version, lite=False)
 
     def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Call pymilvus, translating its errors into chatmem's."""

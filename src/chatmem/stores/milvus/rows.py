@@ -84,9 +84,15 @@ def keyword_query(text: str) -> str:
 
 
 def memory_row(
-    record: MemoryRecord, vector: Sequence[float], *, expiry: bool, collection: str
+    record: MemoryRecord,
+    vector: Sequence[float],
+    *,
+    expiry: bool,
+    collection: str,
+    keywords: bool = True,
 ) -> dict[str, Any]:
-    """A record's row in ``collection``; ``expiry``: the collection has ``expires_at``."""
+    """A record's row in ``collection``; ``expiry``: the collection has ``expires_at``,
+    ``keywords``: it has the BM25 ``text``."""
     document = record.model_dump_json()
     row = memory_fields(record, document)
     if len(row["meta_terms"]) > MAX_TERMS:
@@ -95,7 +101,8 @@ def memory_row(
             field="user_metadata",
         )
     row["body"] = _pack(document, "record")
-    row["text"] = keyword_document(record)
+    if keywords:
+        row["text"] = keyword_document(record)
     row["embedding"] = [float(x) for x in vector]
     if expiry:
         row["expires_at"] = expires_ms(record)

@@ -9,6 +9,8 @@
   SPARSE_FLOAT_VECTOR output answers the keyword half of a search. ``tenant_id``,
   ``session_id``, ``type``, ``created_at``, ``valid_from`` and ``valid_to`` carry INVERTED
   scalar indexes (collections created before they were added keep working without them).
+  On a server older than 2.5 (``features``) the collection is dense-only, without ``text``
+  and ``sparse``, and before 2.4 the scalar indexes are Trie (VARCHAR) and STL_SORT (INT64).
   ``expires_at`` (the TTL, ``OPEN_END`` for none) is a column of collections made since TTLs
   exist; Milvus Lite cannot add a column to a collection, so an older collection refuses a
   memory with an ``expires_at`` (export and import into a new one to get it).
@@ -27,6 +29,7 @@ from typing import Any
 from chatmem.errors import StoreError
 from chatmem.stores.milvus.connection import MilvusConnection
 from chatmem.stores.milvus.expressions import literal
+from chatmem.stores.milvus.features import FULL, ServerFeatures
 from chatmem.stores.vectordb.fields import TERM_BYTES
 
 SCHEMA_VERSION = 1
@@ -50,6 +53,10 @@ SCALAR_INDEXED = (
     "valid_to",
     "expires_at",
 )
+#: The memories' INT64 fields; the other indexed fields are VARCHAR.
+INT_FIELDS = ("created_at", "valid_from", "valid_to", "version", "expires_at")
+#: Before INVERTED (Milvus 2.4), each field type's own scalar index.
+_LEGACY_SCALAR_INDEX = {False: "Trie", True: "STL_SORT"}
 #: Milvus' analyzer for the keyword text. The text is analysed here first (see ``rows``), so
 #: Milvus only splits it, and Lite (which has no stemmer) and a server index the same terms.
 ANALYZER: dict[str, Any] = {"tokenizer": "standard", "filter": ["lowercase"]}
@@ -92,8 +99,9 @@ def history_schema(pm: Any) -> Any:
     return schema
 
 
-def memories_schema(pm: Any, dimension: int) -> Any:
-    """The memories collection, for ``dimension``-sized embeddings."""
+def memories_schema(pm: Any, dimension: int, keywords: bool = True) -> Any:
+    """The memories collection, for ``dimension``-sized embeddings; ``keywords``: with the
+    BM25 text and its sparse vector (Milvus Lite, 2.5+ servers)."""
     types = pm.DataType
     schema = _new_schema(pm)
     _add_owner(schema, types, ID_BYTES)
@@ -101,7 +109,7 @@ def memories_schema(pm: Any, dimension: int) -> Any:
         schema.add_field(name, types.VARCHAR, max_length=ID_BYTES)
     schema.add_field("type", types.VARCHAR, max_length=32)
     schema.add_field("scope", types.VARCHAR, max_length=32)
-    for name in ("created_at", "valid_from", "valid_to", "version", "expires_at"):
+    for name in INT_FIELDS:
         schema.add_field(name, types.INT64)
     schema.add_field("user_metadata", types.JSON)
     schema.add_field(
@@ -112,6 +120,14 @@ def memories_schema(pm: Any, dimension: int) -> Any:
         max_length=TERM_BYTES,
     )
     schema.add_field("body", types.VARCHAR, max_length=MAX_VARCHAR_BYTES)
+    if keywords:
+        _add_keywords(pm, schema)
+    schema.add_field("embedding", types.FLOAT_VECTOR, dim=dimension)
+    return schema
+
+
+def _add_keywords(pm: Any, schema: Any) -> None:
+    types = pm.DataType
     schema.add_field(
         "text",
         types.VARCHAR,
@@ -120,7 +136,6 @@ def memories_schema(pm: Any, dimension: int) -> Any:
         analyzer_params=ANALYZER,
     )
     schema.add_field("sparse", types.SPARSE_FLOAT_VECTOR)
-    schema.add_field("embedding", types.FLOAT_VECTOR, dim=dimension)
     bm25 = pm.Function(
         name="text_bm25",
         function_type=pm.FunctionType.BM25,
@@ -128,7 +143,6 @@ def memories_schema(pm: Any, dimension: int) -> Any:
         output_field_names=["sparse"],
     )
     schema.add_function(bm25)
-    return schema
 
 
 def dummy_index(client: Any) -> Any:
@@ -138,9 +152,9 @@ def dummy_index(client: Any) -> Any:
     return params
 
 
-def memories_index(client: Any, lite: bool) -> Any:
+def memories_index(client: Any, lite: bool, features: ServerFeatures = FULL) -> Any:
     """The memories' indexes: the embedding (FLAT on Lite, HNSW on a server), the BM25
-    vector, and the scalar fields filters and bulk deletes test."""
+    vector (where the server has BM25), and the scalar fields filters and bulk deletes test."""
     params = client.prepare_index_params()
     if lite:
         params.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
@@ -151,23 +165,34 @@ def memories_index(client: Any, lite: bool) -> Any:
             metric_type="COSINE",
             params={"M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION},
         )
-    params.add_index(field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    if features.bm25:
+        params.add_index(
+            field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25"
+        )
     # Besides the partition key: INVERTED is the one scalar index Lite and a server both build.
     for field in SCALAR_INDEXED:
-        params.add_index(field_name=field, index_type="INVERTED")
+        kind = "INVERTED"
+        if not features.inverted_index:
+            kind = _LEGACY_SCALAR_INDEX[field in INT_FIELDS]
+        params.add_index(field_name=field, index_type=kind)
     return params
 
 
 class MilvusCollections:
     """The three collections of one store on one connection, made and loaded on demand."""
 
-    def __init__(self, conn: MilvusConnection, prefix: str) -> None:
+    def __init__(
+        self, conn: MilvusConnection, prefix: str, features: ServerFeatures = FULL
+    ) -> None:
         self.conn = conn
+        self.features = features
         self.memories = f"{prefix}_memories"
         self.history = f"{prefix}_history"
         self.meta = f"{prefix}_meta"
         #: Whether the memories collection has the ``expires_at`` column (see the docstring).
         self.expiry = True
+        #: Whether it has the keyword fields (``text``, ``sparse``): made where BM25 is.
+        self.keywords = features.bm25
 
     def make_meta_and_history(self) -> None:
         """Make (or load) the meta and history collections."""
@@ -179,7 +204,9 @@ class MilvusCollections:
         if not self.has(self.memories):
             return False
         self.conn.call(self.conn.client.load_collection, self.memories)
-        self.expiry = "expires_at" in self._field_names()
+        names = self._field_names()
+        self.expiry = "expires_at" in names
+        self.keywords = "sparse" in names
         return True
 
     def has(self, collection: str) -> bool:
@@ -211,9 +238,10 @@ class MilvusCollections:
         lite = self.conn.lite_path is not None
         self.ensure(
             self.memories,
-            lambda: memories_schema(self.conn.pm, dimension),
-            lambda: memories_index(self.conn.client, lite),
+            lambda: memories_schema(self.conn.pm, dimension, self.features.bm25),
+            lambda: memories_index(self.conn.client, lite, self.features),
         )
+        self.keywords = self.features.bm25
 
     def _dummy_index(self) -> Any:
         return dummy_index(self.conn.client)

@@ -5,7 +5,8 @@ The dense half is a COSINE search of ``embedding`` (HNSW on a server searches at
 query's terms, analysed as a row's text is. Lite scores BM25 per segment and reports
 ``-score`` as the distance where a server reports the score; keyword hits carry the BM25
 score, higher is better, on both. Keyword-only hits get their cosine from their stored
-vector (``vectordb.hybrid``).
+vector (``vectordb.hybrid``). A dense-only collection (made on a server before Milvus 2.5,
+see ``features``) has no keyword half.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def search(db: MilvusCollections, query: SearchQuery, vector: Vector | None) -> 
             params["params"] = {"ef": max(limit, HNSW_MIN_EF)}
         dense = [float(x) for x in vector]
         cosine = _search(db, expression, dense, "embedding", params, limit)
-    terms = keyword_query(query.text) if query.text else ""
+    terms = keyword_query(query.text) if query.text and db.keywords else ""
     if terms:
         keyword = _search(db, expression, terms, "sparse", {"metric_type": "BM25"}, limit)
     return candidates(

@@ -3,11 +3,14 @@
 The store opens the connection and the collections, binds the embedding model, and hands
 each call to its path: ``writes``, ``reads`` or ``search``, under the store's write lock for
 the writes (see the package docstring for what Milvus lacks and what the store does).
+On a server without BM25 (before Milvus 2.5) the store is dense-only (``features``): its
+``capabilities.keyword_search`` is False, and opening it logs a warning saying so.
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +36,7 @@ from chatmem.stores.vectordb.order import decode_cursor
 from chatmem.stores.vectordb.store import VectorDBStore
 
 _PREFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,200}$")
+log = logging.getLogger(__name__)
 
 
 class MilvusStore(VectorDBStore):
@@ -56,17 +60,19 @@ class MilvusStore(VectorDBStore):
         ANALYSIS.load_stemmer()  # fail at open, not at the first write
         self._conn = MilvusConnection(uri, token=token, db_name=db_name, timeout=timeout)
         self.uri = self._conn.uri
-        self.capabilities = Capabilities(
-            keyword_search=True, multi_process=self._conn.lite_path is None
-        )
-        self._db = MilvusCollections(self._conn, collection_prefix)
         self._client = self._conn.client
-        self._memories, self._history = self._db.memories, self._db.history
         try:
+            self._db = MilvusCollections(self._conn, collection_prefix, self._conn.features())
+            self._memories, self._history = self._db.memories, self._db.history
             self._embedding = self._prepare()
         except BaseException:  # boundary: close what we opened, then re-raise
             self.close()
             raise
+        self.capabilities = Capabilities(
+            keyword_search=self._db.keywords, multi_process=self._conn.lite_path is None
+        )
+        if not self._db.keywords:
+            self._warn_dense_only()
 
     def _prepare(self) -> EmbeddingInfo | None:
         self._db.make_meta_and_history()
@@ -75,6 +81,15 @@ class MilvusStore(VectorDBStore):
         if self._db.load_memories() and embedding is not None:
             self._check_dimension(embedding)
         return embedding
+
+    def _warn_dense_only(self) -> None:
+        if self._db.features.bm25:
+            why = f"collection {self._memories!r} was made on a Milvus without BM25"
+        else:
+            why = f"Milvus at {self.uri!r} is {self._conn.version}"
+        log.warning(
+            "%s: hybrid search needs Milvus 2.5+; this store searches by embedding only", why
+        )
 
     # -- hooks of VectorDBStore ------------------------------------------------------------
 

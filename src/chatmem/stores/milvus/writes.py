@@ -26,7 +26,9 @@ Seq = Callable[[], int]
 
 
 def _row(db: MilvusCollections, record: MemoryRecord, vector: Sequence[float]) -> dict[str, Any]:
-    return memory_row(record, vector, expiry=db.expiry, collection=db.memories)
+    return memory_row(
+        record, vector, expiry=db.expiry, collection=db.memories, keywords=db.keywords
+    )
 
 
 def _delete_rows(db: MilvusCollections, collection: str, ids: Sequence[str]) -> None:
@@ -38,8 +40,18 @@ def _drop_history(db: MilvusCollections, history: Sequence[dict[str, Any]]) -> C
     return lambda: _delete_rows(db, db.history, [h["id"] for h in history])
 
 
+def _replace(db: MilvusCollections, rows: list[dict[str, Any]]) -> None:
+    """Write ``rows`` over the memories of their ids: an upsert, or where the server's
+    upsert is unsound (``features``) a delete, then an insert."""
+    if db.features.upsert:
+        db.conn.call(db.conn.client.upsert, db.memories, rows)
+        return
+    _delete_rows(db, db.memories, [str(row["id"]) for row in rows])
+    db.conn.call(db.conn.client.insert, db.memories, rows)
+
+
 def _upserting(db: MilvusCollections, rows: list[dict[str, Any]]) -> Callable[[], object]:
-    return lambda: db.conn.call(db.conn.client.upsert, db.memories, rows)
+    return lambda: _replace(db, rows)
 
 
 def stored(db: MilvusCollections, ids: set[str]) -> dict[str, Stored]:
@@ -91,7 +103,7 @@ def update(db: MilvusCollections, changes: Sequence[Change], seq: Seq) -> None:
         )
         state[new.id] = Stored(new, vector)
     try:
-        db.conn.call(db.conn.client.upsert, db.memories, list(rows.values()))
+        _replace(db, list(rows.values()))
         db.conn.call(db.conn.client.insert, db.history, history)
     except StoreError as exc:
         restore = [_row(db, s.record, s.vector) for i, s in originals.items() if i in rows]
@@ -112,7 +124,7 @@ def touch(db: MilvusCollections, uses: Sequence[Usage], scope: Filter, user: str
         return []
     rows = [_row(db, r, originals[i].vector) for i, r in changed.items()]
     try:
-        db.conn.call(db.conn.client.upsert, db.memories, rows)
+        _replace(db, rows)
     except StoreError as exc:
         undo(exc, _upserting(db, [_row(db, s.record, s.vector) for s in originals.values()]))
         raise
