@@ -175,3 +175,13 @@ def test_every_strict_json_value_reads_back_unchanged(value: object) -> None:
 def test_a_bad_number_anywhere_is_refused(value: object, bad: str) -> None:
     text = json.dumps({"ok": value, "bad": [value, "__BAD__"]}).replace('"__BAD__"', bad)
     assert refused(text).field == "bad[1]"
+
+
+def test_check_refuses_a_parsed_integer_past_64_bits_naming_it() -> None:
+    """Another reader (the MCP SDK's) parses big integers; ``check`` still refuses them,
+    even one too long for Python to write out."""
+    strict_json.check({"limit": 2**63 - 1, "ok": True})
+    for huge in (2**63, -(2**63) - 1, 10**5000):
+        with pytest.raises(ValidationError, match="64 bits") as raised:
+            strict_json.check({"args": [1, {"limit": huge}]})
+        assert raised.value.field == "args[1].limit"

@@ -83,8 +83,10 @@ def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
 
 
 def check(value: Any, *, max_depth: int = MAX_DEPTH, strings: bool = True) -> None:
-    """Walk a parsed value: a ValidationError at the first refused number, lone surrogate
-    (in a string or a key; skipped when ``strings`` is false) or level past ``max_depth``."""
+    """Walk a parsed value: a ValidationError at the first refused number (from ``loads``;
+    or, parsed by another reader, an integer past 64 bits or a float not finite), lone
+    surrogate (in a string or a key; skipped when ``strings`` is false) or level past
+    ``max_depth``."""
     stack: list[tuple[Any, int, _Where]] = [(value, 1, None)]
     while stack:
         item, depth, where = stack.pop()
@@ -107,6 +109,15 @@ def check(value: Any, *, max_depth: int = MAX_DEPTH, strings: bool = True) -> No
             raise ValidationError(f"{item.literal} {item.why}", field=path(where))
         elif isinstance(item, float) and not math.isfinite(item):
             raise ValidationError(f"{item} is not JSON: numbers must be finite", field=path(where))
+        elif isinstance(item, int) and not isinstance(item, bool) and not _fits(item):
+            # No str() of it: past 4,300 digits Python refuses to write an integer out.
+            raise ValidationError(
+                "is out of range: integers must fit in 64 bits", field=path(where)
+            )
+
+
+def _fits(value: int) -> bool:
+    return INT64_MIN <= value <= INT64_MAX
 
 
 #: Where a value sits: None at the top, else (where its container sits, its key or index).

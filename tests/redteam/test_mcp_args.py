@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from chatmem import LocalEmbedder
@@ -32,12 +33,6 @@ def served(
         yield f"{service.url}/mcp", key
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an integer beyond 64 bits in a tool argument is refused by the HTTP boundary "
-    "(400, REST error shape) before the tool runs: the client gets a JSON-RPC -32603, "
-    "not a tool error naming the argument",
-)
 def test_a_huge_integer_argument_is_a_tool_error(served: tuple[str, str]) -> None:
     url, key = served
 
@@ -48,3 +43,27 @@ def test_a_huge_integer_argument_is_a_tool_error(served: tuple[str, str]) -> Non
             assert "limit" in str(result.content)
 
     anyio.run(scenario)
+
+
+def test_a_body_that_is_not_strict_json_gets_a_jsonrpc_error_naming_the_field(
+    served: tuple[str, str],
+) -> None:
+    """Outside a tool's arguments, what strict JSON refuses is a JSON-RPC error (-32602)
+    for the request's id, naming the field: never the REST error shape on the MCP path."""
+    url, key = served
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    for raw, field in (
+        ('{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"x":NaN}}', "params.x"),
+        ('{"jsonrpc":"2.0","id":7,"method":"ping","params":{"n":99999999999999999999}}',
+         "params.n"),
+        ('{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"c":"\\ud800"}}', "params.c"),
+    ):  # fmt: skip
+        answer = httpx.post(url, content=raw, headers=headers, timeout=30)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert body["id"] == 7 and body["error"]["code"] == -32602, body
+        assert body["error"]["data"]["param"] == field

@@ -32,6 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "chatmem's MCP server needs the mcp package: pip install 'chatmem[mcp]'"
     ) from exc
 
+from chatmem import strict_json
 from chatmem.errors import ChatmemError, ConflictError, NotFoundError, StoreError, ValidationError
 
 
@@ -42,6 +43,12 @@ class MemoryServer(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        try:
+            # What strict JSON refuses (integers past 64 bits, NaN, lone surrogates, depth)
+            # the HTTP guard lets through to here, to be a tool error naming the argument.
+            strict_json.check(arguments)
+        except ValidationError as exc:
+            raise ToolError(f"{name}: invalid arguments: {exc}") from exc
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

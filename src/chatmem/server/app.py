@@ -61,6 +61,7 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
     # Here, not at the top: chatmem.mcp.http still imports names from this module (the one
     # import circle left; it goes when chatmem.mcp.http imports them from deps and errors).
     # Imported here, it also loads after this package whichever of the two comes first.
+    from chatmem.mcp.http import PATH as MCP_PATH
     from chatmem.mcp.http import mount as mount_mcp
 
     config = config or (runtime.config if runtime is not None else ServiceConfig())
@@ -98,7 +99,10 @@ def create_app(config: ServiceConfig | None = None, *, runtime: Runtime | None =
     register_errors(app)
     # Outermost last: the latency metric counts the guard's refusals too.
     app.add_middleware(
-        guard.RequestGuard, error=error_response, line_paths=(memory_api.IMPORT_PATH,)
+        guard.RequestGuard,
+        error=error_response,
+        line_paths=(memory_api.IMPORT_PATH,),
+        mcp_path=MCP_PATH,
     )
     app.add_middleware(_Timed)
     health.register_docs(app)

@@ -27,6 +27,22 @@ async def runtime_of(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(runtime_of)]
 
 
+def header_text(request: Request, name: str) -> str | None:
+    """A header's value as the text the client sent: HTTP hands headers over as bytes read
+    as Latin-1, and clients send ids such as ``José`` in UTF-8, so they are decoded as UTF-8
+    (a name must mean one user whether it comes in a header or a body). A 400 naming the
+    header when its bytes are not UTF-8."""
+    value = request.headers.get(name)
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        raise ApiError(
+            400, f"{name}: is not UTF-8 text", param=name, code="validation_error"
+        ) from None
+
+
 def key_of(request: Request) -> str | None:
     """The key a request carries (``Authorization: Bearer``, else ``X-API-Key``)."""
     header = request.headers.get("authorization")
@@ -65,7 +81,7 @@ async def tenant_of(request: Request, principal: PrincipalDep) -> str:
     ``X-Chatmem-Tenant`` header. Ids in the body never choose the tenant."""
     if principal.tenant_id is not None:
         return principal.tenant_id
-    named = request.headers.get(TENANT_HEADER)
+    named = header_text(request, TENANT_HEADER)
     if not named:
         raise ApiError(400, f"the admin key acts for the tenant named in {TENANT_HEADER}",
                        param=TENANT_HEADER, code="missing_tenant")  # fmt: skip

@@ -5,10 +5,16 @@ JSON body (no content type, ``application/json`` or ``…+json``) must be strict
 (``chatmem.strict_json``: no NaN or Infinity, integers in 64 bits, no lone surrogates, at
 most ``MAX_DEPTH`` levels), and on the paths that take JSON lines (the import) so must
 every line. What fails is answered 400 naming the field, before any route reads memory.
+
+On the MCP path (``mcp_path``) the answer is JSON-RPC's, not the REST error shape: a tool
+call whose fault lies in its arguments goes on to the tool, which refuses them as a tool
+error naming the argument (``mcp.boundary``; a model reads those); any other fault is a
+JSON-RPC error (-32602, invalid params) naming the field, for the request's id.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection
 
 from starlette.responses import Response
@@ -19,6 +25,8 @@ from chatmem.errors import ValidationError
 
 #: Largest request body accepted, in bytes (an import of JSON lines is the largest).
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: JSON-RPC's code for invalid method parameters.
+INVALID_PARAMS = -32602
 
 ErrorMaker = Callable[..., Response]
 
@@ -35,11 +43,13 @@ class RequestGuard:
         error: ErrorMaker,
         line_paths: Collection[str] = (),
         max_bytes: int = MAX_BODY_BYTES,
+        mcp_path: str | None = None,
     ) -> None:
         self.app = app
         self.error = error
         self.line_paths = frozenset(line_paths)
         self.max_bytes = max_bytes
+        self.mcp_path = mcp_path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -90,9 +100,37 @@ class RequestGuard:
             else:
                 strict_json.loads(text)
         except ValidationError as exc:
+            if self._is_mcp(scope):
+                return _jsonrpc_refusal(text, exc)
             code = "invalid_json" if exc.field is None else "validation_error"
             return self.error(400, _message(exc), param=exc.field, code=code)
         return None
+
+    def _is_mcp(self, scope: Scope) -> bool:
+        path: str = scope["path"]
+        return self.mcp_path is not None and path.rstrip("/") == self.mcp_path
+
+
+def _jsonrpc_refusal(text: str, exc: ValidationError) -> Response | None:
+    """None (let it through) for a tool call whose fault is in its arguments; else a
+    JSON-RPC error for the request's id. Python's parser reads what strict JSON refuses
+    (big integers, NaN, lone surrogates) well enough to find the method and the id."""
+    try:
+        message = json.loads(text)
+    except (ValueError, RecursionError):
+        message = None
+    request = message if isinstance(message, dict) else {}
+    if request.get("method") == "tools/call" and (exc.field or "").startswith("params.arguments."):
+        return None
+    ident = request.get("id")
+    body = {
+        "jsonrpc": "2.0",
+        "id": ident if isinstance(ident, str | int) and not isinstance(ident, bool) else None,
+        "error": {"code": INVALID_PARAMS, "message": _message(exc), "data": {"param": exc.field}},
+    }
+    return Response(
+        json.dumps(body, ensure_ascii=True), status_code=200, media_type="application/json"
+    )
 
 
 def _check_lines(text: str) -> None:

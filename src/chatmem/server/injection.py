@@ -25,6 +25,7 @@ from chatmem.messages import SessionKey
 from chatmem.records import MemoryType
 from chatmem.retrieval import Retrieval, insert_system
 from chatmem.server.auth import Reader
+from chatmem.server.deps import header_text
 from chatmem.server.errors import ApiError
 from chatmem.server.runtime import Runtime
 from chatmem.server.visibility import Acl, acl_of
@@ -104,9 +105,9 @@ def memory_user(
     context: MemoryContext | None, user: str | None, request: Request
 ) -> tuple[str | None, str]:
     """The memory user and session of a request (user None: memory is off for it)."""
-    header_user = request.headers.get(USER_HEADER) or None
+    header_user = header_text(request, USER_HEADER) or None
     user_id = context.user_id if context else (user or header_user)
-    session = (context.session_id if context else None) or request.headers.get(SESSION_HEADER)
+    session = (context.session_id if context else None) or header_text(request, SESSION_HEADER)
     check_memory_ids(user_id, session)
     return user_id, session or DEFAULT_SESSION
 

@@ -16,6 +16,7 @@ from chatmem.errors import ChatmemError
 from chatmem.messages import Message
 from chatmem.records import new_id
 from chatmem.server.auth import Reader
+from chatmem.server.deps import header_text
 from chatmem.server.errors import ApiError
 from chatmem.server.injection import (
     SESSION_HEADER,
@@ -56,12 +57,12 @@ def memory_identity(
 ) -> tuple[str | None, str]:
     """The memory user and session of a request (user None: memory is off for it)."""
     context = body.memory_context
-    header_user = request.headers.get(USER_HEADER) or None
+    header_user = header_text(request, USER_HEADER) or None
     if context is not None:
         user_id: str | None = context.user_id
     else:
         user_id = (previous.user_id if previous else None) or body.user or header_user
-    session = (context.session_id if context else None) or request.headers.get(SESSION_HEADER)
+    session = (context.session_id if context else None) or header_text(request, SESSION_HEADER)
     session_id = session or (previous.session_id if previous else response_id)
     check_memory_ids(user_id, session_id)
     return user_id, session_id
@@ -70,7 +71,7 @@ def memory_identity(
 def named_user(body: ResponseRequest, request: Request) -> str | None:
     """The user a request names, wherever it names one; None when it names none."""
     context_user = body.memory_context.user_id if body.memory_context else None
-    return context_user or body.user or request.headers.get(USER_HEADER) or None
+    return context_user or body.user or header_text(request, USER_HEADER) or None
 
 
 async def previous_response(
