@@ -652,3 +652,36 @@ def test_a_turn_restricted_after_it_was_said_is_no_context_for_an_open_one(
     (later,) = memory.add([{"role": "user", "content": "What is the weather?"}], **said)
     assert later.context is not None
     assert "Kdeadbeef" not in (later.context.before or "")
+
+
+def test_importing_a_line_whose_id_others_hold_again_meets_the_same_memory(
+    memory: LongTermMemory,
+) -> None:
+    """An id held by a memory the importer may not see (hr-only) or by another user is
+    stored under an id derived from it: importing the line again is skipped, refused or
+    replaced, as a line with an unused id would be, never a new copy each time (which also
+    told the importer that someone held the id)."""
+    (secret,) = memory.add("Salary review: 3% raise", user_id="ana", allowed_roles=["hr"])
+    (other,) = memory.add("Ben's locker is 12", user_id="ben")
+    out = io.StringIO()
+    memory.export_jsonl(Filter(ids=(secret.id, other.id)), out)
+    lines = [
+        line.replace('"allowed_roles":["hr"]', '"allowed_roles":[]').replace('"ben"', '"ana"')
+        for line in out.getvalue().splitlines()
+    ]
+    unused = io.StringIO()
+    memory.export_jsonl(Filter(ids=(memory.add("Fresh", user_id="zed")[0].id,)), unused)
+    fresh = [unused.getvalue().replace('"zed"', '"ana"').replace("Fresh", "Fresh copy")]
+    memory.delete_all(Filter(user_id="zed"))
+    ops = Filter(user_id="ana", reader_roles=frozenset({"ops"}))
+    for batch in (lines, fresh):
+        assert memory.import_jsonl(batch, roles=["ops"]) == len(batch)
+        assert memory.import_jsonl(batch, on_conflict="skip", roles=["ops"]) == 0
+        assert memory.import_jsonl(batch, on_conflict="replace", roles=["ops"]) == len(batch)
+        with pytest.raises(ValidationError, match="already exists"):
+            memory.import_jsonl(batch, roles=["ops"])
+    assert sorted(r.text for r in memory.list(ops).records) == sorted(
+        ["Salary review: 3% raise", "Ben's locker is 12", "Fresh copy"]
+    )
+    assert memory.get(secret.id, user_id="ana").text == "Salary review: 3% raise"
+    assert memory.get(other.id, user_id="ben").text == "Ben's locker is 12"

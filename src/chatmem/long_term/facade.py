@@ -356,9 +356,10 @@ class LongTermMemory:
         stored or replaced.
 
         An id held by anyone else (another user, or another tenant) is no conflict: the
-        memory is stored as a new one under a new id, and links to it within the import
-        follow it. Which ids others hold is not the importer's to learn, so such a line is
-        answered exactly as a line with an unused id.
+        memory is stored as a new one under an id derived from it (``jsonl.home_id``), and
+        links to it within the import follow it. Which ids others hold is not the importer's
+        to learn, so such a line is answered exactly as a line with an unused id, the second
+        time too: importing it again meets the memory the first import made.
 
         With ``roles`` (an importer holding them, SPEC L7), a memory hidden from those roles
         counts as held by someone else, and a record that names a role outside them is an

@@ -4,6 +4,7 @@ vector a line, read back exactly, checked line by line and stored in one atomic 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import IO, Any, Literal
@@ -70,10 +71,11 @@ def import_jsonl(
     read = [e for e in (_parse_line(t, n) for n, t in enumerate(lines, 1)) if e]
     if roles is not None:
         _refuse_foreign_roles(read, roles)
-    ready = _entries(read, embedder, embedding)
+    ready, sent = _homed(store, _entries(read, embedder, embedding), roles)
     stored = _stored_versions(store, ready, roles)
     if on_conflict == "fail" and stored:
-        raise ValidationError(f"memory {next(iter(stored))!r} already exists", field="id")
+        first = next(iter(stored))
+        raise ValidationError(f"memory {sent.get(first, first)!r} already exists", field="id")
     _put_as_new(store, [e for e in ready if e.record.id not in stored])
     if on_conflict == "replace" and stored:
         store.update([_replacing(e, stored[e.record.id]) for e in ready if e.record.id in stored])
@@ -117,9 +119,46 @@ def _entries(read: Sequence[_Line], embedder: Embedder, embedding: EmbeddingInfo
     return ready
 
 
+def home_id(record: MemoryRecord) -> str:
+    """The id a memory is imported under when someone else holds its own: derived from its
+    tenant, user and id, so importing the same line again meets the same memory (and is
+    answered as a line with an unused id is: skipped, refused or replaced), never a copy."""
+    parts = "\x1f".join((record.tenant_id, record.user_id, record.id))
+    return hashlib.blake2b(parts.encode(), digest_size=16).hexdigest()
+
+
+def _homed(
+    store: MemoryStore, entries: list[Entry], roles: Collection[str] | None
+) -> tuple[list[Entry], dict[str, str]]:
+    """``entries`` with each id held in their tenant by anyone but their user as a reader
+    with ``roles`` sees it (another user's memory, or one hidden from those roles) replaced
+    by its ``home_id``; and the ids sent, by the id each is stored under."""
+    readers = frozenset(roles) if roles is not None else None
+    renamed: dict[str, str] = {}
+    for tenant_id, group in _by_tenant(entries).items():
+        ids = [e.record.id for e in group]
+        held = {r.id: r for r in store.get(ids, Filter(tenant_id=tenant_id))}
+        for entry in group:
+            other = held.get(entry.record.id)
+            if other is not None and not (
+                other.user_id == entry.record.user_id
+                and Filter(tenant_id=tenant_id, reader_roles=readers).may_read(other)
+            ):
+                renamed[entry.record.id] = home_id(entry.record)
+    return _renamed(entries, renamed), {home: sent for sent, home in renamed.items()}
+
+
+def _by_tenant(entries: Sequence[Entry]) -> dict[str, list[Entry]]:
+    groups: dict[str, list[Entry]] = {}
+    for entry in entries:
+        groups.setdefault(entry.record.tenant_id, []).append(entry)
+    return groups
+
+
 def _put_as_new(store: MemoryStore, entries: list[Entry]) -> None:
     """Store ``entries`` (none of whose ids their own user holds) atomically, each id
-    that someone else holds replaced by a new one."""
+    that another tenant holds replaced: by its ``home_id``, or a new id when that is
+    taken too."""
     renamed: dict[str, str] = {}
     while True:  # each refusal names one more id to rename; ids are unique in a store
         try:
@@ -129,7 +168,8 @@ def _put_as_new(store: MemoryStore, entries: list[Entry]) -> None:
             taken = _held_elsewhere(exc, entries, renamed)
             if taken is None:
                 raise
-            renamed[taken] = new_id()
+            entry, home = taken
+            renamed[entry.record.id] = home if home is not None else new_id()
 
 
 def _stored_versions(
@@ -164,16 +204,17 @@ def _replacing(entry: Entry, stored_version: int) -> Change:
 
 def _held_elsewhere(
     exc: ValidationError, entries: Sequence[Entry], renamed: Mapping[str, str]
-) -> str | None:
-    """The id of ``entries`` that a store's put refused as taken (every store says
-    ``memory '<id>' already exists``), or None for another refusal."""
+) -> tuple[Entry, str | None] | None:
+    """The entry whose id (or whose ``home_id``, once renamed to it) a store's put refused
+    as taken (every store says ``memory '<id>' already exists``), with the id to try next
+    (None: a new one); None for another refusal."""
     if exc.field != "id":
         return None
     for entry in entries:
-        if entry.record.id not in renamed and exc.message == (
-            f"memory {entry.record.id!r} already exists"
-        ):
-            return entry.record.id
+        current = renamed.get(entry.record.id, entry.record.id)
+        if exc.message == f"memory {current!r} already exists":
+            home = home_id(entry.record)
+            return entry, (home if current != home else None)
     return None
 
 
