@@ -1,15 +1,28 @@
 """Hybrid ranking as pure functions: how a store's candidates become one ranked list.
 
-The fused score of a candidate is ``vector_weight * v + keyword_weight * k`` where
+The fused score of a candidate is ``vector_weight * v + keyword_weight * k * g`` where
 
 - ``v`` is the cosine similarity of query and memory, clipped to [0, 1]; every candidate has
   one, keyword-only finds included, so a word match on an unrelated memory is not enough;
 - ``k`` is the candidate's BM25 score divided by the best BM25 score among the candidates
-  (0 for memories the keyword half did not find).
+  (0 for memories the keyword half did not find), and counts as 0 for every candidate when
+  that best score is at most ``keyword_floor`` (``Scored`` still reports it);
+- ``g = min(1, v / keyword_cosine)``: a memory whose meaning is far from the query's gets
+  only part of its word match.
 
 The weights sum to 1, so the score lies in [0, 1]. Defaults (0.6 / 0.4, 50 candidates a half)
 were tuned on LoCoMo conversations 0-4 and checked on 5-9 (docs/benchmarks.md): convex fusion
 beat reciprocal rank fusion there (0.768 against 0.745 recall@10 on the tuning half).
+
+The last two terms keep the keyword half from outvoting a clear vector match on words that
+carry no topic (docs/benchmarks.md, "Never below dense (issue 18)"). A word in more than
+half of the indexed memories (a user's name, which every one of their turns starts with)
+gets an idf of 1e-6 from SQLite's FTS5, so a keyword half that matched only such words
+scores about 1e-6: divided by its own best, it would still give every one of those memories
+the full keyword weight, in an order set by text length alone. And a keyword hit whose
+cosine is under 0.15 (within MiniLM's cosines for unrelated text) is most often a reply that
+matched only through its neighbours' words, or filler that shares one common word with the
+query; a real answer phrased differently from the question scores above it.
 """
 
 from __future__ import annotations
@@ -30,6 +43,11 @@ class RankingConfig:
     keyword_weight: float = 0.4
     #: How many candidates each half of the search returns before fusion.
     candidates: int = 50
+    #: A best BM25 score under this means the keyword half matched only words that most
+    #: memories hold: it then counts for nothing (0 keeps every keyword half).
+    keyword_floor: float = 1e-3
+    #: Keyword credit is scaled by ``min(1, cosine / keyword_cosine)`` (0: never scaled).
+    keyword_cosine: float = 0.15
 
     def __post_init__(self) -> None:
         if self.vector_weight < 0 or self.keyword_weight < 0:
@@ -38,13 +56,18 @@ class RankingConfig:
             raise ValidationError("vector_weight + keyword_weight must be 1", field="ranking")
         if self.candidates < 1:
             raise ValidationError("must be at least 1", field="ranking.candidates")
+        if not self.keyword_floor >= 0:
+            raise ValidationError("must be non-negative", field="ranking.keyword_floor")
+        if not 0 <= self.keyword_cosine <= 1:
+            raise ValidationError("must be between 0 and 1", field="ranking.keyword_cosine")
 
 
 DEFAULT_RANKING = RankingConfig()
 
 
 class Scored(NamedTuple):
-    """A candidate with its fused score and the two normalised parts it came from."""
+    """A candidate with its fused score and the two normalised parts it came from (the
+    keyword part as found, before ``keyword_floor`` and ``keyword_cosine`` weigh it)."""
 
     id: str
     score: float
@@ -55,6 +78,9 @@ class Scored(NamedTuple):
 def fuse(candidates: list[Candidate], config: RankingConfig = DEFAULT_RANKING) -> list[Scored]:
     """Score every candidate, best first (ties broken by id, so the order is stable)."""
     best = max((c.keyword_score or 0.0 for c in candidates), default=0.0)
+    # Only words that most memories hold matched: what the keyword half found is still
+    # reported, but it is no evidence.
+    evidence = best > config.keyword_floor
     scored = []
     for candidate in candidates:
         vector = None
@@ -63,10 +89,21 @@ def fuse(candidates: list[Candidate], config: RankingConfig = DEFAULT_RANKING) -
         keyword = None
         if candidate.keyword_score is not None and best > 0:
             keyword = max(candidate.keyword_score, 0.0) / best
-        score = config.vector_weight * (vector or 0.0) + config.keyword_weight * (keyword or 0.0)
+        credit = 0.0
+        if keyword is not None and evidence:
+            credit = keyword * _meaning_share(vector, config.keyword_cosine)
+        score = config.vector_weight * (vector or 0.0) + config.keyword_weight * credit
         scored.append(Scored(candidate.id, score, vector, keyword))
     scored.sort(key=lambda s: (-s.score, s.id))
     return scored
+
+
+def _meaning_share(vector: float | None, cosine: float) -> float:
+    """The share of its keyword score a candidate keeps: all of it at a cosine of at least
+    ``cosine`` (or when there is no query vector), less the further below it is."""
+    if vector is None or cosine <= 0:
+        return 1.0
+    return min(1.0, vector / cosine)
 
 
 def select(scored: list[Scored], k: int, threshold: float | None = None) -> list[Scored]:

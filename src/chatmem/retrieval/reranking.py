@@ -2,7 +2,8 @@
 few a request is given, and the parts of their score.
 
 ``LongTermMemory.search`` gives each memory a fused score in [0, 1] (0.6 x cosine + 0.4 x
-BM25 relative to the best keyword match, see ``chatmem.ranking``). On the local MiniLM
+BM25 relative to the best keyword match, the latter scaled down under a cosine of 0.15: see
+``chatmem.ranking``). On the local MiniLM
 embedder that score separates badly at a fixed level: true hits that share a word with the
 query score 0.54-0.90, true hits that share none (the question and the fact say it
 differently: "Do I have any pets?" / "User lives in Berlin with two cats") only 0.17-0.24,
