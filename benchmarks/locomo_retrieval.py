@@ -402,10 +402,17 @@ class ChatmemSystem:
         total = sum(len(texts) for texts in calls)
         if not total:
             return
-        embed = self._mem.embedder._embed_many  # the batch path, without the query cache
+        embedder = self._mem.embedder
+        # The path add takes for these texts (the packaged model in batches, or the fast
+        # copy one text a call), without the single-text cache.
+        session = embedder._documents()
         t0 = time.perf_counter()
         for texts in calls:
-            embed(texts)
+            if session is None:
+                embedder._embed_many(texts)
+            else:
+                for text in texts:
+                    embedder._embed_many([text], session)
         self.info["embedder_alone_per_s"] = round(total / (time.perf_counter() - t0), 1)
 
     def add_one(self, user_id: str, turn: Turn) -> None:
