@@ -1,0 +1,80 @@
+"""Where a search's time goes at 10,000 memories of one user (issue 14).
+
+The issue's target: a search p50 within 1.5 ms of the query embedding alone. This builds
+(once, in ``--dir``) a SQLite store of ``--size`` LoCoMo turns under one user, the way
+``locomo_retrieval.py --scale`` does, then times the query embedding alone and the whole
+search on the same fresh questions, and profiles the searches (cProfile, cumulative).
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/search_split.py --data "$LOCOMO" \\
+        --dir /tmp/split-10k --json split.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import locomo_retrieval as lr  # noqa: E402 - a sibling script, found through sys.path
+from _locomo import load_locomo  # noqa: E402
+
+
+def _timed(queries: Sequence[str], run: Callable[[str], object]) -> dict[str, float]:
+    times = []
+    for query in queries:
+        began = time.perf_counter()
+        run(query)
+        times.append((time.perf_counter() - began) * 1000)
+    times.sort()
+    return {"p50_ms": statistics.median(times), "p95_ms": times[int(len(times) * 0.95)]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, type=Path, help="path to locomo10.json")
+    parser.add_argument("--dir", required=True, type=Path, help="where the store is kept")
+    parser.add_argument("--size", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    conversations = load_locomo(args.data)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    system = lr.ChatmemSystem(args.dir)
+    built = args.dir / f"built-{args.size}"
+    if not built.exists():
+        system.ingest("scale-user", lr.scale_turns(conversations, args.size))
+        built.touch()
+    queries = lr.scale_queries(conversations, args.queries)
+    embedder = system._mem.embedder
+    for query in queries[:5]:
+        system.search("scale-user", f"{query} warm", 10)
+    # A suffix per phase: no phase finds its question in the embedding cache.
+    result = {
+        "size": args.size,
+        "embedding": _timed(queries, lambda q: embedder._embed_many([f"{q} e"], embedder._query())),
+        "search": _timed(queries, lambda q: system.search("scale-user", f"{q} s", 10)),
+    }
+    profile = cProfile.Profile()
+    profile.enable()
+    for query in queries:
+        system.search("scale-user", f"{query} p", 10)
+    profile.disable()
+    result["over_embedding_ms"] = result["search"]["p50_ms"] - result["embedding"]["p50_ms"]
+    print(json.dumps(result, indent=2))
+    pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    system.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
