@@ -57,9 +57,19 @@ def test_maintain_quota_consolidate_and_reflect(tmp_path: Path) -> None:
 
 
 def test_expires_takes_a_time_or_a_duration() -> None:
-    assert expiry("2030-01-02T03:04:05+02:00").isoformat() == "2030-01-02T03:04:05+02:00"
+    assert expiry("2030-01-02T03:04:05+02:00").isoformat() == "2030-01-02T01:04:05+00:00"
     assert expiry("2030-01-02T03:04:05").tzinfo is not None
     ahead = expiry("12h") - utcnow()
     assert timedelta(hours=11, minutes=59) < ahead <= timedelta(hours=12)
     with pytest.raises(ValidationError):
         expiry("tomorrow")
+
+
+@pytest.mark.parametrize("when", ["999999999999d", "9000000d", "9999-12-31T23:59:59-14:00"])
+def test_an_expiry_past_what_a_time_holds_is_one_line_naming_expires(
+    tmp_path: Path, when: str
+) -> None:
+    """They were tracebacks (OverflowError from the date arithmetic)."""
+    refused = _cli(tmp_path, "add", "--user", "ana", "--expires", when, "a voucher", ok=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert refused.stderr.count("\n") == 1 and "--expires" in refused.stderr

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 import typer
 
 from chatmem.errors import ValidationError
-from chatmem.records import utcnow
+from chatmem.records import utc_ms, utcnow
 
 #: Set (to anything) to see the traceback of an error instead of its one line.
 DEBUG_ENV = "CHATMEM_DEBUG"
@@ -70,14 +70,20 @@ def expiry(value: str) -> datetime:
     text = value.strip()
     if matched := _DURATION.fullmatch(text):
         amount, unit = matched.groups()
-        return utcnow() + timedelta(**{_UNITS[unit]: float(amount)})
+        try:
+            return utcnow() + timedelta(**{_UNITS[unit]: float(amount)})
+        except OverflowError:  # past the year 9999
+            raise ValidationError("is too far in the future", field="--expires") from None
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise ValidationError(
             "is neither an ISO 8601 time nor a duration (90s, 30m, 12h, 7d)", field="--expires"
         ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    try:
+        return utc_ms(moment)
+    except ValueError as exc:  # 9999-12-31T23:59:59-14:00: no year 10000 in UTC
+        raise ValidationError(str(exc), field="--expires") from None
 
 
 def metadata_of(raw: str | None) -> dict[str, Any]:
