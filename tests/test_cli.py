@@ -84,6 +84,9 @@ def test_add_search_get_history_export_forget_import(cli, tmp_path: Path) -> Non
         (("add", "--user", "", "text"), "--user: "),
         (("add", "--user", "u", "   "), "blank"),
         (("search", "--user", "u", "--k", "0", "q"), "--k: must be at least 1"),
+        # Past 64 bits these were OverflowError tracebacks from SQLite.
+        (("search", "--user", "u", "--k", "99999999999999999999", "q"), "--k: must be 1 to"),
+        (("list", "--user", "u", "--limit", "99999999999999999999"), "--limit: must be 1 to"),
         (("--store", "redis://x", "stats"), "unknown store scheme"),
     ],
 )

@@ -82,6 +82,17 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+#: The most records one read returns: a page of a list, or a search's ``k``.
+MAX_RESULTS = 10_000
+
+
+def check_count(value: int, field: str) -> None:
+    """Refuse a page size or a ``k`` outside 1 to ``MAX_RESULTS`` (a ValidationError naming
+    ``field``): past it a store's integers overflow, and no caller reads that many at once."""
+    if not 1 <= value <= MAX_RESULTS:
+        raise ValidationError(f"must be 1 to {MAX_RESULTS}", field=field)
+
+
 def to_ms(moment: datetime) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)

@@ -21,6 +21,7 @@ from chatmem.errors import (
     ValidationError,
 )
 from chatmem.records import (
+    MAX_RESULTS,
     EmbeddingInfo,
     Entry,
     Filter,
@@ -555,3 +556,16 @@ def test_a_closed_store_refuses_every_call_with_store_error(
         refused.append(name)
     assert refused == list(calls)
     opened.close()  # closing twice is harmless
+
+
+def test_a_page_or_k_past_the_most_one_read_returns_is_refused(
+    store: MemoryStore, tenant: str
+) -> None:
+    """A limit past 64 bits overflowed SQLite's integers (a 500, a traceback); every store
+    refuses a page past ``MAX_RESULTS`` by name, and so does the library's search."""
+    scope = Filter(tenant_id=tenant, user_id="u")
+    for limit in (0, MAX_RESULTS + 1, 2**64):
+        with pytest.raises(ValidationError) as raised:
+            store.list(scope, limit)
+        assert raised.value.field == "limit"
+    assert store.list(scope, MAX_RESULTS).records == []

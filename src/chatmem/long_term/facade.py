@@ -34,6 +34,7 @@ from chatmem.records import (
     MemoryType,
     Page,
     SearchResult,
+    check_count,
     utcnow,
     validation_error,
 )
@@ -251,8 +252,7 @@ class LongTermMemory:
         """
         if not query or not query.strip():
             raise ValidationError("query is empty", field="query")
-        if k < 1:
-            raise ValidationError("must be at least 1", field="k")
+        check_count(k, "k")
         base = filter.model_dump(exclude_none=True) if filter else {}
         scope = Filter.checked({**base, "tenant_id": tenant_id, "user_id": user_id}, "filter")
         # The embedding runs in a thread of its own while the store starts on the words.

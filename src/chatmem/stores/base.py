@@ -27,6 +27,7 @@ from chatmem.records import (
     Page,
     TimeInfo,
     Vector,
+    check_count,
 )
 from chatmem.strict_json import INT64_MAX, INT64_MIN
 
@@ -256,8 +257,7 @@ class MemoryStore(ABC):
 
         This default reads every record of the tenant; a backend that can ask its index
         for the distinct users overrides it."""
-        if limit < 1:
-            raise ValidationError("must be at least 1", field="limit")
+        check_count(limit, "limit")
         found: set[str] = set()
         cursor: str | None = None
         while True:

@@ -51,6 +51,7 @@ from chatmem.records import (
     MemoryRecord,
     Page,
     Vector,
+    check_count,
     utcnow,
 )
 from chatmem.stores import qdrant_filters as qf
@@ -464,8 +465,7 @@ class QdrantStore(VectorDBStore):
 
     # Defined last: inside the class body, ``list`` names this method from here on.
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
-        if limit < 1:
-            raise ValidationError("must be at least 1", field="limit")
+        check_count(limit, "limit")
         after = qf.decode_cursor(cursor) if cursor is not None else None
         if not self._has_memories():
             return Page([], None)

@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from chatmem.errors import ValidationError
-from chatmem.records import Filter, HistoryEntry, HistoryEvent, MemoryRecord, Page
+from chatmem.records import Filter, HistoryEntry, HistoryEvent, MemoryRecord, Page, check_count
 from chatmem.stores.base import write_cursor
 
 At = TypeVar("At")
@@ -108,8 +107,7 @@ def history_entry(row: Sequence[Any], at: Callable[[Any], datetime]) -> HistoryE
 
 
 def check_limit(limit: int) -> None:
-    if limit < 1:
-        raise ValidationError("must be at least 1", field="limit")
+    check_count(limit, "limit")
 
 
 def page(rows: Sequence[Sequence[Any]], limit: int, created_ms: Callable[[Any], int]) -> Page:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from chatmem.errors import ConfigError, EmbedderMismatchError, ValidationError
+from chatmem.errors import ConfigError, EmbedderMismatchError
 from chatmem.records import (
     Candidate,
     EmbeddingInfo,
@@ -25,6 +25,7 @@ from chatmem.records import (
     MemoryRecord,
     Page,
     Vector,
+    check_count,
 )
 from chatmem.stores.base import Capabilities, Change, SearchQuery, Usage
 from chatmem.stores.milvus import reads, writes
@@ -169,8 +170,7 @@ class MilvusStore(VectorDBStore):
     def users(
         self, tenant_id: str, *, after: str | None = None, limit: int = 1000
     ) -> builtins.list[str]:
-        if limit < 1:
-            raise ValidationError("must be at least 1", field="limit")
+        check_count(limit, "limit")
         if not self._has_memories():
             return []
         return reads.users(self._db, tenant_id, after, limit)
@@ -187,8 +187,7 @@ class MilvusStore(VectorDBStore):
 
     # Defined last: inside the class body, ``list`` names this method from here on.
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
-        if limit < 1:
-            raise ValidationError("must be at least 1", field="limit")
+        check_count(limit, "limit")
         after = decode_cursor(cursor) if cursor is not None else None
         if not self._has_memories():
             return Page([], None)
