@@ -685,3 +685,32 @@ def test_importing_a_line_whose_id_others_hold_again_meets_the_same_memory(
     )
     assert memory.get(secret.id, user_id="ana").text == "Salary review: 3% raise"
     assert memory.get(other.id, user_id="ben").text == "Ben's locker is 12"
+
+
+def test_search_returns_k_current_facts_however_many_superseded_ones_rank_above(
+    memory: LongTermMemory,
+) -> None:
+    """Superseded facts are left out of a search, and the next ones read instead, until k
+    current facts are found: it used to read 2k and return fewer when more than k of them
+    were superseded (it now reads k records when none is)."""
+    said = [f"User drinks green tea number {n} every morning" for n in range(8)]
+    said += [f"User once drank black coffee {n}" for n in range(4)]
+    for text in said:
+        memory.add(text, user_id="u")
+    out = io.StringIO()
+    memory.export_jsonl(Filter(user_id="u"), out)
+    ended = (datetime.now(UTC) - timedelta(days=1)).isoformat()
+    lines = []
+    for line in out.getvalue().splitlines():
+        row = json.loads(line)
+        if "tea" in row["record"]["content"]["raw"]:
+            row["record"]["time"]["valid_to"] = ended  # the tea facts were superseded
+        lines.append(json.dumps(row))
+    memory.delete_all(Filter(user_id="u"))
+    memory.import_jsonl(lines)
+    found = memory.search("What tea does the user drink?", user_id="u", k=3, threshold=0.0)
+    assert len(found) == 3 and all("coffee" in r.record.text for r in found)
+    everything = memory.search(
+        "What tea does the user drink?", user_id="u", k=3, threshold=0.0, include_superseded=True
+    )
+    assert all("tea" in r.record.text for r in everything)  # they do rank above

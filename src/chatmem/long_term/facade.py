@@ -266,23 +266,27 @@ class LongTermMemory:
             )
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
-        # Superseded facts are rare; asking for twice as many leaves room to drop them.
-        best = ranking.select(
-            ranking.fuse(candidates, self.ranking), 2 * k if current_only else k, threshold
-        )
-        records = {r.id: r for r in self.store.get([s.id for s in best], scope)}
+        ranked = ranking.select(ranking.fuse(candidates, self.ranking), len(candidates), threshold)
         now = utcnow()
-        results = [
-            SearchResult(
-                record=records[s.id],
-                score=s.score,
-                vector_score=s.vector_score,
-                keyword_score=s.keyword_score,
-            )
-            for s in best
-            if s.id in records and not (current_only and _superseded(records[s.id], now))
-        ]
-        return results[:k]
+        results: list[SearchResult] = []
+        start = 0
+        # Read only the records returned: k of them, and more only for those a superseded
+        # fact (rare) or a concurrent delete left out.
+        while len(results) < k and start < len(ranked):
+            batch = ranked[start : start + k - len(results)]
+            start += len(batch)
+            records = {r.id: r for r in self.store.get([s.id for s in batch], scope)}
+            results += [
+                SearchResult(
+                    record=records[s.id],
+                    score=s.score,
+                    vector_score=s.vector_score,
+                    keyword_score=s.keyword_score,
+                )
+                for s in batch
+                if s.id in records and not (current_only and _superseded(records[s.id], now))
+            ]
+        return results
 
     def get(
         self,
