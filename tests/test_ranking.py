@@ -31,16 +31,23 @@ def test_plain_fusion_is_the_weighted_sum_of_cosine_and_relative_bm25() -> None:
 def test_a_keyword_half_that_matched_only_words_every_memory_holds_counts_for_nothing() -> None:
     # FTS5 gives a word found in more than half of the memories (the user's name, which
     # starts every turn) an idf of 1e-6: such scores differ by text length alone.
-    candidates = [
-        Candidate("answer", 0.62, 0.6e-6),
-        Candidate("filler-1", 0.40, 1.3e-6),
-        Candidate("filler-2", 0.39, 1.2e-6),
-    ]
-    assert order(candidates, PLAIN)[0] == "filler-1"
+    fillers = [Candidate(f"filler-{n}", 0.40 - n / 100, 1.3e-6 - n * 1e-8) for n in range(9)]
+    candidates = [Candidate("answer", 0.62, 0.6e-6), *fillers]
+    assert order(candidates, PLAIN)[0] == "filler-0"
     scored = fuse(candidates)
-    assert [s.id for s in scored] == ["answer", "filler-1", "filler-2"]
-    assert [s.score for s in scored] == pytest.approx([0.6 * 0.62, 0.6 * 0.40, 0.6 * 0.39])
+    assert [s.id for s in scored][:3] == ["answer", "filler-0", "filler-1"]
+    assert [s.score for s in scored][:3] == pytest.approx([0.6 * 0.62, 0.6 * 0.40, 0.6 * 0.39])
     assert scored[1].keyword_score == 1.0  # what the keyword half found is still reported
+
+
+def test_a_keyword_match_among_a_few_memories_counts_though_its_idf_is_tiny() -> None:
+    """With a handful of memories, any word matched is in more than half of them, so FTS5
+    scores it 1e-6 too; a match among fewer than ``keyword_floor_hits`` still counts
+    ("What's the weather where I live?" must find "Ana lives in Paris.", her only one)."""
+    candidates = [Candidate("lives-in-paris", 0.14, 0.9e-6), Candidate("other", 0.20, None)]
+    scored = fuse(candidates)
+    assert [s.id for s in scored] == ["lives-in-paris", "other"]
+    assert scored[0].score == pytest.approx(0.6 * 0.14 + 0.4 * (0.14 / 0.15))
 
 
 def test_a_word_match_on_a_memory_far_in_meaning_cannot_outrank_a_clear_vector_match() -> None:

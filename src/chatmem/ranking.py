@@ -44,8 +44,13 @@ class RankingConfig:
     #: How many candidates each half of the search returns before fusion.
     candidates: int = 50
     #: A best BM25 score under this means the keyword half matched only words that most
-    #: memories hold: it then counts for nothing (0 keeps every keyword half).
+    #: memories hold: it then counts for nothing (0 keeps every keyword half)...
     keyword_floor: float = 1e-3
+    #: ...when it matched at least this many memories. FTS5 gives any word in more than
+    #: half of the rows an idf of 1e-6, so for a user with a handful of memories a real
+    #: match ("where I live" against "Ana lives in Paris.", the only one) scores under the
+    #: floor too; a word that is in most of a few memories still tells them apart.
+    keyword_floor_hits: int = 8
     #: Keyword credit is scaled by ``min(1, cosine / keyword_cosine)`` (0: never scaled).
     keyword_cosine: float = 0.15
 
@@ -58,6 +63,8 @@ class RankingConfig:
             raise ValidationError("must be at least 1", field="ranking.candidates")
         if not self.keyword_floor >= 0:
             raise ValidationError("must be non-negative", field="ranking.keyword_floor")
+        if self.keyword_floor_hits < 0:
+            raise ValidationError("must be non-negative", field="ranking.keyword_floor_hits")
         if not 0 <= self.keyword_cosine <= 1:
             raise ValidationError("must be between 0 and 1", field="ranking.keyword_cosine")
 
@@ -80,7 +87,8 @@ def fuse(candidates: list[Candidate], config: RankingConfig = DEFAULT_RANKING) -
     best = max((c.keyword_score or 0.0 for c in candidates), default=0.0)
     # Only words that most memories hold matched: what the keyword half found is still
     # reported, but it is no evidence.
-    evidence = best > config.keyword_floor
+    hits = sum(1 for c in candidates if c.keyword_score is not None)
+    evidence = best > config.keyword_floor or hits < config.keyword_floor_hits
     scored = []
     for candidate in candidates:
         vector = None
