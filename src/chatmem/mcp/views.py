@@ -59,7 +59,10 @@ class Reasons(BaseModel):
 
     cosine: float | None = Field(description="Similarity of meaning to the query, -1 to 1.")
     bm25: float | None = Field(description="Keyword match (BM25); null when no query word matched.")
-    fused: float = Field(description="The hybrid score: 0.6 x cosine + 0.4 x relative BM25.")
+    fused: float = Field(
+        description="The hybrid score: 0.6 x cosine + 0.4 x relative BM25, the BM25 part"
+        " scaled down for a memory far in meaning from the query (chatmem.ranking)."
+    )
     relevance: float = Field(description="fused relative to the best match; the threshold's scale.")
     recency: float = Field(description="0.5 ** (age / 30 days).")
     importance: float
