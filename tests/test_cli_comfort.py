@@ -326,7 +326,7 @@ def test_one_memory_is_singular(cli: Cli, tmp_path: Path) -> None:
         (("add", "--user", "alice", "   "), "error: TEXT: text is blank"),
         (("add", "--user", "", "x"), "error: --user: String should have at least 1 character"),
         (("list", "--user", ""), "error: --user: String should have at least 1 character"),
-        (("list", "--limit", "0"), "error: --limit: must be at least 1"),
+        (("list", "--limit", "0"), "error: --limit: must be 1 to 10000"),
         (
             ("add", "--user", "a", "--metadata", "[1]", "x"),
             "error: --metadata: must be a JSON object",
