@@ -103,7 +103,7 @@ class _Writer(threading.Thread):
                 (record,) = self.memory.add(text, user_id="writer")
                 self.acknowledged.append((record.id, text))
                 n += 1
-        except BaseException as exc:  # the test reads it after join
+        except BaseException as exc:  # boundary: the writer thread's error, read after join
             self.failure = exc
 
     def wait_for(self, count: int) -> None:
