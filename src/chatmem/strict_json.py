@@ -51,7 +51,7 @@ def _float(literal: str) -> float | _Refused:
 def _int(literal: str) -> int | _Refused:
     # Past 20 characters ("-" and 19 digits) it cannot fit; int() of it would only cost time.
     value = int(literal) if len(literal) <= 20 else None
-    if value is not None and INT64_MIN <= value <= INT64_MAX:
+    if value is not None and _fits(value):
         return value
     shown = literal if len(literal) <= 40 else f"{literal[:20]}…({len(literal)} digits)"
     return _Refused(shown, "is out of range: integers must fit in 64 bits")

@@ -23,6 +23,7 @@ from chatmem.records import (
     MemoryRecord,
     Vector,
     new_id,
+    roles_open,
 )
 from chatmem.stores import MemoryStore
 from chatmem.stores.base import Change
@@ -142,7 +143,7 @@ def _homed(
             other = held.get(entry.record.id)
             if other is not None and not (
                 other.user_id == entry.record.user_id
-                and Filter(tenant_id=tenant_id, reader_roles=readers).may_read(other)
+                and roles_open(readers, other.access_control.allowed_roles)
             ):
                 renamed[entry.record.id] = home_id(entry.record)
     return _renamed(entries, renamed), {home: sent for sent, home in renamed.items()}

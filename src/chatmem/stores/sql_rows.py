@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from chatmem.records import Filter, HistoryEntry, HistoryEvent, MemoryRecord, Page, check_count
+from chatmem.records import Filter, HistoryEntry, HistoryEvent, MemoryRecord, Page
 from chatmem.stores.base import write_cursor
 
 At = TypeVar("At")
@@ -106,10 +106,6 @@ def history_entry(row: Sequence[Any], at: Callable[[Any], datetime]) -> HistoryE
     )
 
 
-def check_limit(limit: int) -> None:
-    check_count(limit, "limit")
-
-
 def page(rows: Sequence[Sequence[Any]], limit: int, created_ms: Callable[[Any], int]) -> Page:
     """A page of ``(created_at, sequence, body)`` rows, fetched ``limit + 1`` at a time so
     that one more row says whether another page follows."""
@@ -125,7 +121,6 @@ __all__ = [
     "HISTORY_COLUMNS",
     "HISTORY_READ",
     "RECORD_COLUMNS",
-    "check_limit",
     "columns",
     "history_entry",
     "history_row",

@@ -22,6 +22,7 @@ from chatmem.records import (
     MemoryRecord,
     Page,
     Vector,
+    check_count,
     to_ms,
 )
 from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage, read_cursor
@@ -32,7 +33,6 @@ from chatmem.stores.postgres.schema import MIGRATIONS, ensure_pgvector, index_ve
 from chatmem.stores.postgres_db import SCHEMA_NAME, Connection, PostgresDatabase
 from chatmem.stores.sql_rows import (
     HISTORY_READ,
-    check_limit,
     history_entry,
     history_where,
     page,
@@ -217,7 +217,7 @@ class PostgresStore(MemoryStore):
         return {memory_id: np.asarray(values, dtype=np.float32) for memory_id, values in rows}
 
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
-        check_limit(limit)
+        check_count(limit, "limit")
         conditions, params = where(scope)
         if cursor is not None:
             created_ms, seq = read_cursor(cursor)
@@ -243,7 +243,7 @@ class PostgresStore(MemoryStore):
     def users(
         self, tenant_id: str, *, after: str | None = None, limit: int = 1000
     ) -> builtins.list[str]:
-        check_limit(limit)
+        check_count(limit, "limit")
         with self._transaction() as conn:
             rows = conn.execute(
                 # Byte order ("C"), which is Python's order of the ids too.

@@ -19,12 +19,12 @@ from chatmem.records import (
     MemoryRecord,
     Page,
     Vector,
+    check_count,
     from_ms,
 )
 from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage, read_cursor
 from chatmem.stores.sql_rows import (
     HISTORY_READ,
-    check_limit,
     history_entry,
     history_where,
     page,
@@ -166,7 +166,7 @@ class SQLiteStore(MemoryStore):
         return {memory_id: np.frombuffer(blob, dtype=np.float32).copy() for memory_id, blob in rows}
 
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
-        check_limit(limit)
+        check_count(limit, "limit")
         conditions, params = where(scope)
         if cursor is not None:
             conditions += " AND (m.created_at, m.rowid) > (?, ?)"
@@ -188,7 +188,7 @@ class SQLiteStore(MemoryStore):
     def users(
         self, tenant_id: str, *, after: str | None = None, limit: int = 1000
     ) -> builtins.list[str]:
-        check_limit(limit)
+        check_count(limit, "limit")
         with self._file.read() as conn:
             rows = conn.execute(
                 "SELECT DISTINCT user_id FROM memories WHERE tenant_id = ? AND user_id > ?"
