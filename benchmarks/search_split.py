@@ -27,13 +27,14 @@ import locomo_retrieval as lr  # noqa: E402 - a sibling script, found through sy
 from _locomo import load_locomo  # noqa: E402
 
 
-def _timed(queries: Sequence[str], run: Callable[[str], object]) -> dict[str, float]:
-    times = []
-    for query in queries:
-        began = time.perf_counter()
-        run(query)
-        times.append((time.perf_counter() - began) * 1000)
-    times.sort()
+def _time(run: Callable[[], object]) -> float:
+    began = time.perf_counter()
+    run()
+    return (time.perf_counter() - began) * 1000
+
+
+def _quantiles(times: list[float]) -> dict[str, float]:
+    times = sorted(times)
     return {"p50_ms": statistics.median(times), "p95_ms": times[int(len(times) * 0.95)]}
 
 
@@ -54,13 +55,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         built.touch()
     queries = lr.scale_queries(conversations, args.queries)
     embedder = system._mem.embedder
+    store = system._mem.store
+    if hasattr(store, "preload"):  # the SQLite store's keyword postings, built now
+        from chatmem.records import Filter
+
+        store.preload(Filter(user_id="scale-user"))
     for query in queries[:5]:
         system.search("scale-user", f"{query} warm", 10)
     # A suffix per phase: no phase finds its question in the embedding cache.
+    # The same store file read by FTS5 alone (keyword postings never built): the keyword
+    # half as it was before the postings, timed query by query beside the search with them.
+    from chatmem import LongTermMemory
+    from chatmem.stores import SQLiteStore
+
+    fts_only = LongTermMemory(
+        SQLiteStore(args.dir / "chatmem.db", keyword_cache_rows=10**12), embedder
+    )
+
+    def search_fts(query: str) -> object:
+        return fts_only.search(query, user_id="scale-user", k=10, **system._search_kwargs)
+
+    for query in queries[:5]:
+        search_fts(f"{query} warm")
+    embedding, search, fts = [], [], []
+    for query in queries:
+        embedding.append(_time(lambda q=query: embedder._embed_many([f"{q} e"], embedder._query())))
+        search.append(
+            _time(
+                lambda q=query: system._mem.search(
+                    q + " s", user_id="scale-user", k=10, **system._search_kwargs
+                )
+            )
+        )
+        fts.append(_time(lambda q=query: search_fts(f"{q} f")))
     result = {
         "size": args.size,
-        "embedding": _timed(queries, lambda q: embedder._embed_many([f"{q} e"], embedder._query())),
-        "search": _timed(queries, lambda q: system.search("scale-user", f"{q} s", 10)),
+        "embedding": _quantiles(embedding),
+        "search": _quantiles(search),
+        "search_fts5_only": _quantiles(fts),
     }
     profile = cProfile.Profile()
     profile.enable()
@@ -72,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pstats.Stats(profile).sort_stats("cumulative").print_stats(25)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
+    fts_only.close()
     system.close()
     return 0
 

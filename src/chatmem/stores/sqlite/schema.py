@@ -29,6 +29,9 @@ FTS_WEIGHTS = (0.0, 1.0, 0.5, 0.3, 1.0)
 #: BM25's statistics are per table; users land in tables at random, so they stay alike.
 FTS_SHARDS = "0123456789abcdef"
 FTS_COLUMNS = "ukey, said, prev, nxt, day"
+#: The keyword tables' tokenizer (as the migrations below create them; ``keyword_cache``
+#: cuts words with the same one).
+TOKENIZER = "porter unicode61 remove_diacritics 2"
 _SHARD_FTS = (
     "\n".join(
         f"CREATE VIRTUAL TABLE memory_fts_{digit} USING fts5({FTS_COLUMNS},"
@@ -158,6 +161,7 @@ __all__ = [
     "FTS_COLUMNS",
     "FTS_SHARDS",
     "FTS_WEIGHTS",
+    "TOKENIZER",
     "INDEXED_METADATA",
     "MIGRATIONS",
     "RESTRICTED",

@@ -14,6 +14,7 @@ from chatmem.stores.base import SearchQuery
 from chatmem.stores.sqlite.field_cache import Versions
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.filters import Admitted
+from chatmem.stores.sqlite.keyword_cache import UserWords
 from chatmem.stores.sqlite.schema import FTS_WEIGHTS, fts_table, user_key, user_token
 from chatmem.stores.vector_cache import VectorCache
 
@@ -99,6 +100,24 @@ def keyword_half(
     return [(rowid, -score) for rowid, score in rows]
 
 
+def cached_keyword_half(
+    words: UserWords, terms: list[str], query: SearchQuery, admitted: Admitted
+) -> list[tuple[int, float]]:
+    """``keyword_half`` from the user's postings in memory (``keyword_cache``): the
+    ``candidates`` best admitted rows, best first, ties by rowid."""
+    if admitted.share == 0.0:
+        return []
+    rowids, scores = words.scores(terms)
+    keep = admitted.admits(rowids)
+    rowids, scores = rowids[keep], scores[keep]
+    wanted = query.candidates
+    if len(rowids) > wanted:
+        best = np.argpartition(-scores, wanted - 1)[:wanted]
+        rowids, scores = rowids[best], scores[best]
+    order = np.lexsort((rowids, -scores))
+    return list(zip(rowids[order].tolist(), scores[order].tolist(), strict=True))
+
+
 def ids_by_rowid(conn: sqlite3.Connection, rowids: set[int]) -> dict[int, str]:
     if not rowids:
         return {}
@@ -110,4 +129,11 @@ def ids_by_rowid(conn: sqlite3.Connection, rowids: set[int]) -> dict[int, str]:
     return dict(rows)
 
 
-__all__ = ["ids_by_rowid", "keyword_half", "user_versions", "vector_half"]
+__all__ = [
+    "Versions",
+    "cached_keyword_half",
+    "ids_by_rowid",
+    "keyword_half",
+    "user_versions",
+    "vector_half",
+]

@@ -35,8 +35,10 @@ from chatmem.stores.sqlite import writes
 from chatmem.stores.sqlite.field_cache import DEFAULT_BUDGET_BYTES as FIELDS_BUDGET_BYTES
 from chatmem.stores.sqlite.field_cache import FieldCache
 from chatmem.stores.sqlite.file import SQLiteFile, sqlite3
-from chatmem.stores.sqlite.filters import admitted, where
-from chatmem.stores.sqlite.schema import MIGRATIONS
+from chatmem.stores.sqlite.filters import Admitted, admitted, where
+from chatmem.stores.sqlite.keyword_cache import DEFAULT_BUDGET_BYTES as WORDS_BUDGET_BYTES
+from chatmem.stores.sqlite.keyword_cache import MIN_ROWS, KeywordCache, UserWords, read_texts
+from chatmem.stores.sqlite.schema import MIGRATIONS, fts_table, user_key, user_token
 from chatmem.stores.vector_cache import DEFAULT_BUDGET_BYTES, VectorCache
 
 _EMBEDDING = "SELECT value FROM chatmem_meta WHERE key = 'embedding'"
@@ -54,11 +56,14 @@ class SQLiteStore(MemoryStore):
         synchronous: str = "NORMAL",
         vector_cache_bytes: int = DEFAULT_BUDGET_BYTES,
         field_cache_bytes: int = FIELDS_BUDGET_BYTES,
+        keyword_cache_bytes: int = WORDS_BUDGET_BYTES,
+        keyword_cache_rows: int = MIN_ROWS,
     ) -> None:
         self.path = str(path)
         self._file = SQLiteFile(path, synchronous=synchronous)
         self._vector_cache = VectorCache(vector_cache_bytes)
         self._field_cache = FieldCache(field_cache_bytes)
+        self._keyword_cache = KeywordCache(keyword_cache_bytes, keyword_cache_rows)
         self._file.migrate(MIGRATIONS)
         self._embedding = self._read_embedding()
 
@@ -230,7 +235,7 @@ class SQLiteStore(MemoryStore):
         allowed = admitted(conn, query.filter, self._field_cache, versions)
         keyword: dict[int, float] = {}
         if query.text:
-            keyword = dict(halves.keyword_half(conn, query, user, allowed))
+            keyword = dict(self._keyword_half(conn, query, user, versions, allowed))
         # Asked for only now: an embedding started before the search ran meanwhile.
         vector = query.query_vector()
         cosine: dict[int, float] = {}
@@ -248,9 +253,58 @@ class SQLiteStore(MemoryStore):
             )
         return cosine, keyword
 
+    def _keyword_half(
+        self,
+        conn: sqlite3.Connection,
+        query: SearchQuery,
+        user: str,
+        versions: halves.Versions,
+        allowed: Admitted,
+    ) -> builtins.list[tuple[int, float]]:
+        """From the user's postings in memory when the user is big enough to have them
+        (``keyword_cache``), else from FTS5."""
+        assert query.text is not None
+        tenant = query.filter.tenant_id
+        terms = self._keyword_cache.terms(query.text)
+        words = None
+        if terms is not None:
+            table = fts_table(user_token(tenant, user))
+            words = self._keyword_cache.words(
+                conn,
+                tenant,
+                user,
+                versions,
+                table,
+                lambda: self._build_words(tenant, user, table),
+            )
+        if words is None or terms is None:
+            return halves.keyword_half(conn, query, user, allowed)
+        return halves.cached_keyword_half(words, terms, query, allowed)
+
+    def preload(self, scope: Filter) -> None:
+        """Hold the user's keyword postings in memory now, whatever the user's size (a
+        user's first searches otherwise start their build in the background and are
+        answered by FTS5 meanwhile): for a server's heaviest users at start, and for
+        benchmarks."""
+        tenant, user = scope.tenant_id, scope.require_user()
+        words = self._build_words(tenant, user, fts_table(user_token(tenant, user)))
+        self._keyword_cache.keep(user_key(tenant, user), words)
+
+    def _build_words(self, tenant: str, user: str, table: str) -> UserWords:
+        """The user's postings, read in one snapshot (in the keyword cache's thread)."""
+        with self._file.read() as conn:
+            conn.execute("BEGIN")
+            try:
+                versions = halves.user_versions(conn, tenant, user)
+                texts = read_texts(conn, table, tenant, user)
+            finally:
+                conn.execute("COMMIT")
+        return UserWords.built(tenant, user, versions, texts, self._keyword_cache.tokenizer)
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
+        self._keyword_cache.close()  # its builder reads the file: it stops first
         self._file.close()
 
     def __repr__(self) -> str:

@@ -1,0 +1,524 @@
+"""A big user's keyword index in memory, BM25 scored with numpy (issue 14).
+
+FTS5 scores every row a question's words match, and a big user's common words (a
+speaker's name, "like") match thousands: at 10,000 memories its query took 2.6-3.4 ms of a
+5 ms search. Here each user with at least ``MIN_ROWS`` memories gets postings (term ->
+rows, weighted frequency) held as arrays, and a question costs a few array operations per
+word. FTS5 stays the durable index and the one read for smaller users, for a user whose
+postings are still being built (in the background: a search never waits for it), and for a
+question with a word FTS5 would read as a phrase of several tokens.
+
+The scoring is FTS5's ``bm25()`` with the store's column weights (``FTS_WEIGHTS``), down to
+its constants and its idf floor, with one difference: its statistics (row count, average
+length, how many rows hold a word) are the user's own, where FTS5 counts every user of the
+shard. A user's ranking therefore no longer moves with what other users store, and a user
+alone in a shard (every benchmark user) gets FTS5's scores exactly.
+
+Words are cut by FTS5's own tokenizer (an in-memory FTS5 table and its ``instance``
+vocabulary), one distinct whitespace-separated chunk at a time, cached: ``unicode61``
+separates at every whitespace character, so a text's tokens are its chunks' tokens in order.
+
+An entry is exact for the ``user_versions`` it was read at, and follows them as the field
+cache does: appended rows are tokenized and added, updated rows replace their postings,
+deleted rows are masked out, and the postings are rebuilt once the changes pile up.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import cached_property
+from itertools import chain
+
+import numpy as np
+import numpy.typing as npt
+
+from chatmem import text as textlib
+from chatmem.stores.sqlite.field_cache import Versions
+from chatmem.stores.sqlite.file import sqlite3
+from chatmem.stores.sqlite.schema import FTS_COLUMNS, FTS_WEIGHTS, TOKENIZER, user_key
+
+#: Users with fewer memories are served by FTS5 alone: their matches are few and cheap.
+MIN_ROWS = 2_000
+#: Default memory budget: about 30 users of 10,000 LoCoMo turns with their neighbours.
+DEFAULT_BUDGET_BYTES = 256 * 1024 * 1024
+#: FTS5's bm25() constants (fts5_aux.c).
+K1, B = 1.2, 0.75
+#: The idf FTS5 gives a word that more than half of the rows hold.
+IDF_FLOOR = 1e-6
+#: Users remembered as under ``MIN_ROWS`` (their counts are re-read past it).
+SMALL_KEPT = 100_000
+#: Distinct chunks whose tokens are remembered (about 100 bytes each).
+CHUNKS_KEPT = 200_000
+
+Positions = npt.NDArray[np.int32]
+Floats = npt.NDArray[np.float64]
+Rowids = npt.NDArray[np.int64]
+#: (rowid, ukey, said, prev, nxt, day) of one keyword row.
+TextRow = tuple[int, str, str, str, str, str]
+
+
+class Tokenizer:
+    """FTS5's tokenizer (``TOKENIZER``) for whitespace-free chunks, cached. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._conn = sqlite3.connect(":memory:", check_same_thread=False)
+        self._conn.execute(f"CREATE VIRTUAL TABLE chunk USING fts5(w, tokenize = '{TOKENIZER}')")
+        self._conn.execute("CREATE VIRTUAL TABLE chunk_tokens USING fts5vocab(chunk, 'instance')")
+        self._known: dict[str, tuple[str, ...]] = {}
+        self._lock = threading.Lock()
+
+    def learn(self, chunks: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """The tokens of every chunk in ``chunks`` (no whitespace in any), as one mapping
+        that also holds every chunk seen before."""
+        known = self._known
+        missing = {chunk for chunk in chunks if chunk not in known}
+        if not missing:
+            return known
+        ordered = sorted(missing)
+        found: dict[str, list[str]] = {chunk: [] for chunk in ordered}
+        with self._lock:
+            self._conn.executemany(
+                "INSERT INTO chunk (rowid, w) VALUES (?, ?)", enumerate(ordered, start=1)
+            )
+            for doc, term in self._conn.execute(
+                "SELECT doc, term FROM chunk_tokens ORDER BY doc, offset"
+            ):
+                found[ordered[doc - 1]].append(term)
+            self._conn.execute("DELETE FROM chunk")
+            if len(known) + len(found) > CHUNKS_KEPT:
+                known = {}
+            known.update((chunk, tuple(tokens)) for chunk, tokens in found.items())
+            self._known = known
+        return known
+
+    def tokens(self, text: str) -> tuple[str, ...]:
+        chunks = text.split()
+        known = self.learn(chunks)
+        return tuple(chain.from_iterable(known[chunk] for chunk in chunks))
+
+
+def _postings(
+    rows: Sequence[TextRow], tokenizer: Tokenizer
+) -> tuple[list[dict[str, float]], list[float]]:
+    """Each row's weighted term frequencies (its ``said``, ``prev``, ``nxt`` and ``day``
+    words, each counted with its column's weight) and its length in tokens (every column,
+    ``ukey`` too, as FTS5's ``xColumnSize(-1)`` counts it)."""
+    split = [[text.split() for text in row[1:]] for row in rows]
+    known = tokenizer.learn(chain.from_iterable(chain.from_iterable(split)))
+    weights = FTS_WEIGHTS[1:]
+    frequencies, lengths = [], []
+    for columns in split:
+        freq: dict[str, float] = {}
+        length = 0
+        for chunks, weight in zip(columns[1:], weights, strict=True):
+            tokens = list(chain.from_iterable(known[chunk] for chunk in chunks))
+            length += len(tokens)
+            for term, count in Counter(tokens).items():
+                freq[term] = freq.get(term, 0.0) + weight * count
+        length += sum(len(known[chunk]) for chunk in columns[0])
+        frequencies.append(freq)
+        lengths.append(float(length))
+    return frequencies, lengths
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Postings added since the arrays were built, as parallel arrays (few)."""
+
+    terms: Positions
+    rows: Positions
+    freq: Floats
+
+    @classmethod
+    def empty(cls) -> Patch:
+        return cls(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.float64))
+
+    def without(self, rows: Positions) -> Patch:
+        keep = ~np.isin(self.rows, rows)
+        return Patch(self.terms[keep], self.rows[keep], self.freq[keep])
+
+    def plus(self, other: Patch) -> Patch:
+        return Patch(
+            np.concatenate([self.terms, other.terms]),
+            np.concatenate([self.rows, other.rows]),
+            np.concatenate([self.freq, other.freq]),
+        )
+
+
+@dataclass(frozen=True)
+class UserWords:
+    """One user's postings at ``versions``. Rows are positions in ``rowids`` (sorted);
+    the postings of term ``t`` are ``rows[offsets[t]:offsets[t + 1]]`` with ``freq``, less
+    those of ``stale`` rows (updated since), plus ``patch``; ``alive`` drops deleted rows."""
+
+    tenant: str
+    user: str
+    versions: Versions
+    vocabulary: dict[str, int]
+    rowids: Rowids
+    lengths: Floats
+    alive: npt.NDArray[np.bool_]
+    stale: npt.NDArray[np.bool_]
+    offsets: npt.NDArray[np.int64]
+    rows: Positions
+    freq: Floats
+    patch: Patch
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.rowids, self.lengths, self.alive, self.stale, self.offsets, self.rows)
+        held = sum(a.nbytes for a in arrays) + self.freq.nbytes + 16 * len(self.patch.rows)
+        return held + 100 * len(self.vocabulary)
+
+    @classmethod
+    def built(
+        cls,
+        tenant: str,
+        user: str,
+        versions: Versions,
+        texts: Sequence[TextRow],
+        tokenizer: Tokenizer,
+    ) -> UserWords:
+        rowids = np.fromiter((row[0] for row in texts), np.int64, len(texts))
+        frequencies, lengths = _postings(texts, tokenizer)
+        vocabulary: dict[str, int] = {}
+        patch = _as_patch(vocabulary, range(len(texts)), frequencies)
+        return _compacted(
+            cls(
+                tenant,
+                user,
+                versions,
+                vocabulary,
+                rowids,
+                np.array(lengths, np.float64),
+                np.ones(len(texts), np.bool_),
+                np.zeros(len(texts), np.bool_),
+                np.zeros(1, np.int64),
+                np.zeros(0, np.int32),
+                np.zeros(0, np.float64),
+                patch,
+            )
+        )
+
+    def scores(self, terms: Sequence[str]) -> tuple[Rowids, Floats]:
+        """The rows holding any of ``terms`` (one token each, FTS5's phrases of the
+        question in order; a repeated one counts again, as in FTS5) with their BM25 score,
+        higher is better."""
+        count, norm = self._statistics
+        if not count:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        total = np.zeros(len(self.rowids), np.float64)
+        hit = np.zeros(len(self.rowids), np.bool_)
+        for term in terms:
+            rows, freq = self._postings_of(term)
+            if not len(rows):
+                continue
+            idf = math.log((count - len(rows) + 0.5) / (len(rows) + 0.5))
+            if idf <= 0.0:
+                idf = IDF_FLOOR
+            total[rows] += idf * (freq * (K1 + 1.0)) / (freq + norm[rows])
+            hit[rows] = True
+        found = np.flatnonzero(hit)
+        return self.rowids[found], total[found]
+
+    @cached_property
+    def _statistics(self) -> tuple[int, Floats]:
+        """The user's row count and each row's BM25 length term, ``k1 (1 - b + b D / avgdl)``."""
+        count = int(np.count_nonzero(self.alive))
+        if not count:
+            return 0, self.lengths
+        average = float(self.lengths[self.alive].mean())
+        return count, K1 * (1.0 - B + B * self.lengths / average)
+
+    def _postings_of(self, term: str) -> tuple[Positions, Floats]:
+        code = self.vocabulary.get(term)
+        if code is None:
+            return np.zeros(0, np.int32), np.zeros(0, np.float64)
+        rows, freq = np.zeros(0, np.int32), np.zeros(0, np.float64)
+        if code + 1 < len(self.offsets):
+            start, end = int(self.offsets[code]), int(self.offsets[code + 1])
+            rows, freq = self.rows[start:end], self.freq[start:end]
+            fresh = ~self.stale[rows]
+            rows, freq = rows[fresh], freq[fresh]
+        if len(self.patch.terms):
+            mine = self.patch.terms == code
+            if mine.any():
+                rows = np.concatenate([rows, self.patch.rows[mine]])
+                freq = np.concatenate([freq, self.patch.freq[mine]])
+        live = self.alive[rows]
+        return rows[live], freq[live]
+
+    def moved_on(
+        self, conn: sqlite3.Connection, versions: Versions, table: str, tokenizer: Tokenizer
+    ) -> UserWords:
+        """These postings at the later ``versions`` (``conn``'s snapshot): rows deleted,
+        rows appended (rowids only grow), rows updated (their text re-read)."""
+        fresh = self
+        if versions[1] != self.versions[1]:
+            fresh = fresh._pruned(conn)
+        if versions[0] != self.versions[0]:
+            last = int(self.rowids[-1]) if len(self.rowids) else 0
+            fresh = fresh._appended(
+                read_texts(conn, table, self.tenant, self.user, after=last), tokenizer
+            )
+        if versions[2] != self.versions[2]:
+            edited = read_texts(conn, table, self.tenant, self.user, edited=self.versions[2])
+            fresh = fresh._edited(edited, tokenizer)
+        fresh = replace(fresh, versions=versions)
+        if len(fresh.patch.rows) > max(50_000, len(fresh.rows) // 4):
+            fresh = _compacted(fresh)
+        return fresh
+
+    def _pruned(self, conn: sqlite3.Connection) -> UserWords:
+        rows = conn.execute(
+            "SELECT rowid FROM memories WHERE tenant_id = ? AND user_id = ?",
+            (self.tenant, self.user),
+        ).fetchall()
+        present = np.fromiter((rowid for (rowid,) in rows), np.int64, len(rows))
+        return replace(self, alive=self.alive & np.isin(self.rowids, present))
+
+    def _appended(self, texts: Sequence[TextRow], tokenizer: Tokenizer) -> UserWords:
+        if not texts:
+            return self
+        frequencies, lengths = _postings(texts, tokenizer)
+        first = len(self.rowids)
+        added = _as_patch(self.vocabulary, range(first, first + len(texts)), frequencies)
+        grown = np.ones(len(texts), np.bool_)
+        return replace(
+            self,
+            rowids=np.concatenate(
+                [self.rowids, np.fromiter((row[0] for row in texts), np.int64, len(texts))]
+            ),
+            lengths=np.concatenate([self.lengths, np.array(lengths, np.float64)]),
+            alive=np.concatenate([self.alive, grown]),
+            stale=np.concatenate([self.stale, ~grown]),
+            patch=self.patch.plus(added),
+        )
+
+    def _edited(self, texts: Sequence[TextRow], tokenizer: Tokenizer) -> UserWords:
+        rowids = np.fromiter((row[0] for row in texts), np.int64, len(texts))
+        at = np.searchsorted(self.rowids, rowids)
+        known = (at < len(self.rowids)) & (
+            self.rowids[np.minimum(at, len(self.rowids) - 1)] == rowids
+        )
+        texts = [row for row, keep in zip(texts, known.tolist(), strict=True) if keep]
+        at = at[known].astype(np.int32)
+        if not len(at):
+            return self
+        frequencies, lengths = _postings(texts, tokenizer)
+        stale, new_lengths = self.stale.copy(), self.lengths.copy()
+        stale[at] = True
+        new_lengths[at] = lengths
+        added = _as_patch(self.vocabulary, at.tolist(), frequencies)
+        return replace(
+            self, lengths=new_lengths, stale=stale, patch=self.patch.without(at).plus(added)
+        )
+
+
+def _as_patch(
+    vocabulary: dict[str, int], positions: Iterable[int], frequencies: Sequence[dict[str, float]]
+) -> Patch:
+    """Postings of the rows at ``positions``; new words are added to ``vocabulary``."""
+    terms: list[int] = []
+    rows: list[int] = []
+    freq: list[float] = []
+    for position, found in zip(positions, frequencies, strict=True):
+        for term, weight in found.items():
+            code = vocabulary.get(term)
+            if code is None:
+                code = vocabulary[term] = len(vocabulary)
+            terms.append(code)
+            rows.append(position)
+            freq.append(weight)
+    return Patch(np.array(terms, np.int32), np.array(rows, np.int32), np.array(freq, np.float64))
+
+
+def _compacted(words: UserWords) -> UserWords:
+    """The same postings with the patch folded into the arrays (sorted by term, then row)."""
+    base_terms = np.repeat(
+        np.arange(len(words.offsets) - 1, dtype=np.int32), np.diff(words.offsets)
+    )
+    keep = ~words.stale[words.rows] & words.alive[words.rows]
+    patch_keep = words.alive[words.patch.rows]
+    terms = np.concatenate([base_terms[keep], words.patch.terms[patch_keep]])
+    rows = np.concatenate([words.rows[keep], words.patch.rows[patch_keep]])
+    freq = np.concatenate([words.freq[keep], words.patch.freq[patch_keep]])
+    order = np.lexsort((rows, terms))
+    counts = np.bincount(terms, minlength=len(words.vocabulary))
+    offsets = np.zeros(len(words.vocabulary) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return replace(
+        words,
+        stale=np.zeros(len(words.rowids), np.bool_),
+        offsets=offsets,
+        rows=rows[order].astype(np.int32),
+        freq=freq[order],
+        patch=Patch.empty(),
+    )
+
+
+def read_texts(
+    conn: sqlite3.Connection,
+    table: str,
+    tenant: str,
+    user: str,
+    *,
+    after: int = 0,
+    edited: int | None = None,
+) -> list[TextRow]:
+    """The keyword rows of the user's memories (all after rowid ``after``, or those updated
+    after the count ``edited``), in rowid order."""
+    since = "m.rowid > ?" if edited is None else "m.edited > ?"
+    rows: list[TextRow] = conn.execute(
+        f"SELECT f.rowid, {', '.join('f.' + c.strip() for c in FTS_COLUMNS.split(','))}"
+        f" FROM memories AS m JOIN {table} AS f ON f.rowid = m.rowid"
+        f" WHERE m.tenant_id = ? AND m.user_id = ? AND {since} ORDER BY m.rowid",
+        (tenant, user, after if edited is None else edited),
+    ).fetchall()
+    return rows
+
+
+class KeywordCache:
+    """User key -> ``UserWords`` for users of at least ``min_rows`` memories, least
+    recently used dropped past ``budget_bytes``; built in one background thread."""
+
+    def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES, min_rows: int = MIN_ROWS) -> None:
+        self.budget_bytes = budget_bytes
+        self.min_rows = min_rows
+        self.tokenizer = Tokenizer()
+        self._users: OrderedDict[str, tuple[UserWords, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._update = threading.Lock()
+        self._building: set[str] = set()
+        #: User key -> (``appended`` when counted, row count) of users found small.
+        self._small: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._builder: ThreadPoolExecutor | None = None
+
+    def terms(self, text: str) -> list[str] | None:
+        """The question's words as FTS5 reads them (``keyword_half``'s phrases, in order),
+        or None when one of them is a phrase of several tokens (FTS5 answers those)."""
+        words = textlib.query_terms(text)
+        known = self.tokenizer.learn(words)
+        terms = []
+        for word in words:
+            tokens = known[word]
+            if len(tokens) != 1:
+                return None
+            terms.append(tokens[0])
+        return terms
+
+    def words(
+        self,
+        conn: sqlite3.Connection,
+        tenant: str,
+        user: str,
+        versions: Versions,
+        table: str,
+        build: Callable[[], UserWords | None],
+    ) -> UserWords | None:
+        """The user's postings at ``versions`` (``conn``'s open snapshot), or None: the user
+        has under ``min_rows`` memories, is being built, or this snapshot is older than the
+        entry."""
+        key = user_key(tenant, user)
+        with self._lock:
+            kept = self._users.get(key)
+            if kept is not None:
+                self._users.move_to_end(key)
+        if kept is None:
+            if self._big(conn, key, tenant, user, versions[0]):
+                self._start(key, build)
+            return None
+        cached = kept[0]
+        if cached.versions == versions:
+            return cached
+        if not all(now >= then for now, then in zip(versions, cached.versions, strict=True)):
+            return None
+        with self._update:
+            fresh = cached.moved_on(conn, versions, table, self.tokenizer)
+        self.keep(key, fresh)
+        return fresh
+
+    def _big(
+        self, conn: sqlite3.Connection, key: str, tenant: str, user: str, appended: int
+    ) -> bool:
+        """Whether the user has ``min_rows`` memories. Counted once; the count stays an
+        upper bound as long as fewer rows were appended since than it lacks."""
+        with self._lock:
+            counted = self._small.get(key)
+        if counted is not None and counted[1] + appended - counted[0] < self.min_rows:
+            return False
+        (rows,) = conn.execute(
+            "SELECT count(*) FROM memories WHERE tenant_id = ? AND user_id = ?", (tenant, user)
+        ).fetchone()
+        with self._lock:
+            self._small[key] = (appended, int(rows))
+            self._small.move_to_end(key)
+            while len(self._small) > SMALL_KEPT:
+                self._small.popitem(last=False)
+        return int(rows) >= self.min_rows
+
+    def _start(self, key: str, build: Callable[[], UserWords | None]) -> None:
+        with self._lock:
+            if key in self._building:
+                return
+            self._building.add(key)
+            if self._builder is None:
+                self._builder = ThreadPoolExecutor(1, thread_name_prefix="chatmem-keywords")
+            builder = self._builder
+
+        def run() -> None:
+            try:
+                built = build()
+                if built is not None:
+                    self.keep(key, built)
+            finally:
+                with self._lock:
+                    self._building.discard(key)
+
+        builder.submit(run)
+
+    def keep(self, key: str, fresh: UserWords) -> None:
+        size = fresh.nbytes
+        with self._lock:
+            old = self._users.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if size > self.budget_bytes:
+                return
+            self._users[key] = (fresh, size)
+            self._bytes += size
+            while self._bytes > self.budget_bytes:
+                _, (_, dropped) = self._users.popitem(last=False)
+                self._bytes -= dropped
+
+    def wait(self) -> None:
+        """Until every build started so far is done (tests, benchmarks, close)."""
+        with self._lock:
+            builder = self._builder
+        if builder is not None:
+            builder.submit(lambda: None).result()
+
+    def close(self) -> None:
+        with self._lock:
+            builder, self._builder = self._builder, None
+        if builder is not None:
+            builder.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            self._users.clear()
+            self._bytes = 0
+
+
+__all__ = [
+    "DEFAULT_BUDGET_BYTES",
+    "MIN_ROWS",
+    "KeywordCache",
+    "Tokenizer",
+    "UserWords",
+    "read_texts",
+]
