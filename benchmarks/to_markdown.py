@@ -32,15 +32,22 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def budget_of(systems: dict[str, dict[str, Any]]) -> int | None:
+    """The token budget recall was measured within (``--budget-tokens``), if any."""
+    return next((s["budget_tokens"] for s in systems.values() if s.get("budget_tokens")), None)
+
+
 def recall_table(systems: dict[str, dict[str, Any]]) -> str:
-    header = ["system", "R@5", "R@10", "R@20"] + [
-        f"R@10 {c} {name}" for c, name in CATEGORIES.items()
-    ]
+    budget = budget_of(systems)
+    within = [f"recall@{budget}tok"] if budget else []
+    header = ["system", "R@5", "R@10", "R@20"] + [f"R@{budget}tok" for _ in within]
+    header += [f"R@10 {c} {name}" for c, name in CATEGORIES.items()]
     rows = []
     for name, s in systems.items():
         by_category = s["recall@10_by_category"]
         rows.append(
             [name, f"{s['recall@5']:.3f}", f"**{s['recall@10']:.3f}**", f"{s['recall@20']:.3f}"]
+            + [_num(s.get(key), 3) for key in within]
             + [f"{by_category[c]:.3f}" for c in CATEGORIES]
         )
     return _table(header, rows)
@@ -51,21 +58,27 @@ def _num(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def half_table(systems: dict[str, dict[str, Any]], half: str) -> str:
-    """recall@10 and all@10 of one half of the conversations, overall (categories 1-4) and
-    by category, each system a row (``--halves`` of locomo_retrieval.py)."""
+def half_table(systems: dict[str, dict[str, Any]], half: str, k: str = "10") -> str:
+    """recall and all@ at ``k`` (10, or a token budget such as "1000tok") of one half of the
+    conversations, overall (categories 1-4) and by category, each system a row (``--halves``
+    of locomo_retrieval.py); within a budget, with the mean memories and tokens injected and
+    the share of questions where the budget, not k, cut the results."""
     main = [c for c in CATEGORIES if c != "5"]
-    header = ["system", "R@10", "all@10"]
-    header += [f"R@10 {CATEGORIES[c]}" for c in main] + [f"all@10 {CATEGORIES[c]}" for c in main]
+    recall, every = f"recall@{k}", f"all@{k}"
+    header = ["system", f"R@{k}", every]
+    header += [f"R@{k} {CATEGORIES[c]}" for c in main] + [f"{every} {CATEGORIES[c]}" for c in main]
+    cost = ["injected_memories", "injected_tokens", "budget_cut"] if k != "10" else []
+    header += ["memories", "tokens", "budget cut"][: len(cost)]
     rows = []
     for name, s in systems.items():
         h = s.get("by_half", {}).get(half)
-        if h is None:
+        if h is None or recall not in h:
             continue
         rows.append(
-            [name, f"**{h['recall@10']:.3f}**", f"{h['all@10']:.3f}"]
-            + [f"{h['recall@10_by_category'][c]:.3f}" for c in main]
-            + [f"{h['all@10_by_category'][c]:.3f}" for c in main]
+            [name, f"**{h[recall]:.3f}**", f"{h[every]:.3f}"]
+            + [f"{h[f'{recall}_by_category'][c]:.3f}" for c in main]
+            + [f"{h[f'{every}_by_category'][c]:.3f}" for c in main]
+            + [_num(h[key], 1 if key != "budget_cut" else 2) for key in cost]
         )
     return _table(header, rows)
 
@@ -114,9 +127,13 @@ def _signed(column: str, value: float | None) -> str:
 def main() -> None:
     data = json.loads(Path(sys.argv[1]).read_text())
     systems = data["systems"]
+    budget = budget_of(systems)
     for half in data.get("meta", {}).get("halves", {}):
         print(f"### Conversations {half}: recall@10 and all@10, categories 1-4\n")
         print(half_table(systems, half) + "\n")
+        if budget:
+            print(f"### Conversations {half}: within a {budget:,}-token injection\n")
+            print(half_table(systems, half, f"{budget}tok") + "\n")
     print("### Recall of evidence turns (categories 1-4 together; by category at k=10)\n")
     print(recall_table(systems))
     print("\n### Speed\n")
