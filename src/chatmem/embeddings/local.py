@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Sequence
 from importlib import resources
@@ -110,7 +111,7 @@ class LocalEmbedder:
         self._query_session: ort.InferenceSession | None = None
         self._document_model = document_model
         self._cache: LRUCache[tuple[bool, str], Vector] = LRUCache(
-            cache_bytes, max_entries=cache_size
+            cache_bytes, max_entries=cache_size, size=_entry_size
         )
         self._lock = threading.Lock()
         # Queries waiting to be embedded together (embed_query), and whether a batch runs.
@@ -285,23 +286,49 @@ class LocalEmbedder:
     def _run(
         self, encodings: list[Encoding], session: ort.InferenceSession | None = None
     ) -> Vector:
-        width = max(len(e.ids) for e in encodings)
-        ids = np.zeros((len(encodings), width), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        for row, encoding in enumerate(encodings):
-            ids[row, : len(encoding.ids)] = encoding.ids
-            mask[row, : len(encoding.ids)] = 1
         exact, _, input_names = self._model()
-        session = session or exact
+        ids, mask = _inputs(encodings)
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
         try:
-            hidden = session.run(None, feeds)[0]
+            hidden = (session or exact).run(None, feeds)[0]
         except Exception as exc:  # boundary: onnxruntime raises its own untyped errors
             raise EmbeddingError(f"local embedder failed: {exc}") from exc
+        return _pooled(hidden, mask)
+
+
+def _inputs(encodings: Sequence[Encoding]) -> tuple[np.ndarray, np.ndarray]:
+    """The model's token ids and attention mask, shorter inputs padded with zeros."""
+    if len(encodings) == 1:  # a single add or query: nothing to pad
+        ids = np.array([encodings[0].ids], dtype=np.int64)
+        return ids, np.ones_like(ids)
+    width = max(len(e.ids) for e in encodings)
+    ids = np.zeros((len(encodings), width), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, encoding in enumerate(encodings):
+        ids[row, : len(encoding.ids)] = encoding.ids
+        mask[row, : len(encoding.ids)] = 1
+    return ids, mask
+
+
+def _pooled(hidden: np.ndarray, mask: np.ndarray) -> Vector:
+    """Mean of each row's real tokens, L2-normalised."""
+    if len(mask) == 1:
+        # No padding: the plain sum, the same float32 values as the weighted sum below
+        # (a weight of 1.0 changes no product), without its three temporary arrays.
+        pooled = hidden.sum(axis=1) / np.float32(hidden.shape[1])
+    else:
         weights = mask[:, :, None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        result: Vector = np.asarray(pooled / np.maximum(norms, 1e-12), dtype=np.float32)
-        return result
+    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+    result: Vector = np.asarray(pooled / np.maximum(norms, 1e-12), dtype=np.float32)
+    return result
+
+
+def _entry_size(key: tuple[bool, str], vector: Vector) -> int:
+    """A cached vector's bytes, counted as ``caches.size_of`` counts them (the key, its text
+    and the array, whose buffer ``getsizeof`` includes only when the array owns it), without
+    walking the objects on every put."""
+    held = sys.getsizeof(vector) + (0 if vector.base is None else vector.nbytes)
+    return sys.getsizeof(key) + sys.getsizeof(key[0]) + sys.getsizeof(key[1]) + held

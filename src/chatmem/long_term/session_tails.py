@@ -6,6 +6,7 @@ kept from the last call), and told of the messages that follow them.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -56,7 +57,7 @@ class SessionTails:
         self.store = store
         # (tenant, user, session, roles) -> the ids of the session's latest turns, oldest
         # first, each turn the ids of its memories; checked against the store on every use.
-        self._tails: LRUCache[_TailKey, _Tail] = LRUCache(SESSION_TAILS_BYTES)
+        self._tails: LRUCache[_TailKey, _Tail] = LRUCache(SESSION_TAILS_BYTES, size=_tail_size)
 
     def earlier(
         self,
@@ -197,6 +198,14 @@ def turn_spoken(turn: Sequence[MemoryRecord]) -> str:
 def _tail_key(owner: Mapping[str, Any], access: Mapping[str, Any] | None) -> _TailKey:
     roles = tuple(sorted((access or {}).get("allowed_roles", [])))
     return owner["tenant_id"], owner["user_id"], owner["session_id"], roles
+
+
+def _tail_size(key: _TailKey, tail: _Tail) -> int:
+    """A kept tail's bytes, counted as ``caches.size_of`` counts them (every tuple and
+    string), without walking the objects generically on every add."""
+    strings = [*key[:3], *key[3], *(i for turn in tail for i in turn)]
+    tuples = [key, key[3], tail, *tail]
+    return sum(map(sys.getsizeof, strings)) + sum(map(sys.getsizeof, tuples))
 
 
 def _turn_order(turn: Sequence[MemoryRecord]) -> tuple[datetime, bool]:

@@ -13,13 +13,7 @@ from chatmem import text as textlib
 from chatmem.errors import ConflictError, NotFoundError, ValidationError
 from chatmem.records import Entry, HistoryEvent, MemoryRecord, Vector, to_ms, utcnow
 from chatmem.stores.base import Change
-from chatmem.stores.sql_rows import (
-    HISTORY_COLUMNS,
-    RECORD_COLUMNS,
-    columns,
-    history_row,
-    record_of,
-)
+from chatmem.stores.sql_rows import HISTORY_COLUMNS, RECORD_COLUMNS, columns, record_of
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.schema import FTS_COLUMNS, fts_of, fts_table, user_token
 
@@ -51,24 +45,27 @@ def _bump(conn: sqlite3.Connection, record: MemoryRecord, counter: str) -> int:
 
 
 def insert(conn: sqlite3.Connection, entries: Sequence[Entry]) -> None:
-    """Add new records (a taken id fails the whole batch)."""
-    ids = [entry.record.id for entry in entries]
-    placeholders = ", ".join("?" * len(ids))
-    taken = conn.execute(f"SELECT id FROM memories WHERE id IN ({placeholders})", ids).fetchall()
-    if taken:
-        raise ValidationError(f"memory {taken[0][0]!r} already exists", field="id")
+    """Add new records (a taken id fails the whole batch: the caller's transaction rolls
+    back on the error)."""
     for record, vector in entries:
-        rowid = _insert_row(conn, record, vector)
+        body = record.model_dump_json()
+        rowid = _insert_row(conn, record, body, vector)
         _index_text(conn, rowid, record)
-        _add_history(conn, HistoryEvent.ADD, None, record, None)
+        _add_history(conn, record, HistoryEvent.ADD, None, body, None)
 
 
-def _insert_row(conn: sqlite3.Connection, record: MemoryRecord, vector: Vector) -> int:
-    cursor = conn.execute(
-        f"INSERT INTO memories ({RECORD_COLUMNS}, body)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (*_columns(record), record.model_dump_json()),
-    )
+def _insert_row(conn: sqlite3.Connection, record: MemoryRecord, body: str, vector: Vector) -> int:
+    try:
+        cursor = conn.execute(
+            f"INSERT INTO memories ({RECORD_COLUMNS}, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*_columns(record), body),
+        )
+    except sqlite3.IntegrityError as exc:
+        # The id's UNIQUE index refuses a taken id: no SELECT of the batch's ids first.
+        if "memories.id" in str(exc):
+            raise ValidationError(f"memory {record.id!r} already exists", field="id") from None
+        raise
     rowid = int(cursor.lastrowid or 0)
     conn.execute("INSERT INTO memory_vectors VALUES (?, ?)", (rowid, blob(vector)))
     _bump(conn, record, "appended")
@@ -85,14 +82,27 @@ def _index_text(conn: sqlite3.Connection, rowid: int, record: MemoryRecord) -> N
 
 def _add_history(
     conn: sqlite3.Connection,
+    subject: MemoryRecord,
     event: HistoryEvent,
-    old: MemoryRecord | None,
-    new: MemoryRecord | None,
+    old: str | None,
+    new: str | None,
     reason: str | None,
 ) -> None:
+    """One history row; ``old`` and ``new`` are the record's JSON before and after (the
+    rows' bodies as written, never parsed and dumped again)."""
     conn.execute(
         f"INSERT INTO memory_history ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        history_row(event, old, new, reason, to_ms(utcnow())),
+        (
+            subject.id,
+            subject.tenant_id,
+            subject.user_id,
+            subject.metadata.version,
+            event.value,
+            old,
+            new,
+            reason,
+            to_ms(utcnow()),
+        ),
     )
 
 
@@ -105,14 +115,15 @@ def apply_change(conn: sqlite3.Connection, change: Change) -> None:
     ).fetchone()
     if row is None:
         raise NotFoundError(new.id)
-    rowid, version, body = row
+    rowid, version, old_body = row
     if version != change.expected_version:
         raise ConflictError(
             f"memory {new.id!r} is at version {version}, not {change.expected_version}"
         )
     # The row keeps the count it was updated at: field caches read what moved on since.
     edited = _bump(conn, new, "edited")
-    conn.execute(_UPDATE, (*_columns(new)[3:], new.model_dump_json(), edited, rowid))
+    body = new.model_dump_json()
+    conn.execute(_UPDATE, (*_columns(new)[3:], body, edited, rowid))
     if change.vector is not None:
         conn.execute(
             "UPDATE memory_vectors SET embedding = ? WHERE rowid = ?",
@@ -121,7 +132,7 @@ def apply_change(conn: sqlite3.Connection, change: Change) -> None:
         _bump(conn, new, "changed")
     conn.execute(f"DELETE FROM {fts_of(new)} WHERE rowid = ?", (rowid,))
     _index_text(conn, rowid, new)
-    _add_history(conn, HistoryEvent.UPDATE, record_of(body), new, change.reason)
+    _add_history(conn, new, HistoryEvent.UPDATE, old_body, body, change.reason)
 
 
 def remove(conn: sqlite3.Connection, rows: Sequence[tuple[int, str]], reason: str | None) -> None:
@@ -132,7 +143,7 @@ def remove(conn: sqlite3.Connection, rows: Sequence[tuple[int, str]], reason: st
         for table in ("memory_vectors", fts_of(gone)):
             conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
         _bump(conn, gone, "changed")
-        _add_history(conn, HistoryEvent.DELETE, gone, None, reason)
+        _add_history(conn, gone, HistoryEvent.DELETE, body, None, reason)
 
 
 __all__ = ["apply_change", "blob", "insert", "remove"]
