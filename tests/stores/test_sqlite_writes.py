@@ -73,3 +73,29 @@ def test_history_keeps_each_version_as_its_row_held_it(tmp_path: Path) -> None:
     assert history[1:] == [("update", older, v2_body), ("delete", v2_body, None)]
     assert [h.old for h in store.history(entry.record.id, Filter())][1:] == [v1, v2]
     store.close()
+
+
+def test_an_update_sets_the_columns_that_changed_and_keeps_the_others(tmp_path: Path) -> None:
+    store = _store(tmp_path / "m.db")
+    entry = _entry("v1")
+    store.put([entry])
+    v1 = entry.record
+    moved = v1.model_copy(
+        update={
+            "session_id": "s2",
+            "metadata": v1.metadata.model_copy(update={"version": 2}),
+        }
+    )
+    store.update([Change(moved, None, expected_version=1)])
+    assert store.count(Filter(user_id="u", session_id="s2")) == 1
+    told = moved.model_copy(
+        update={
+            "content": moved.content.model_copy(update={"raw": "v3"}),
+            "metadata": moved.metadata.model_copy(update={"version": 3}),
+        }
+    )
+    store.update([Change(told, None, expected_version=2)])
+    columns = _rows(tmp_path / "m.db", "SELECT session_id, version, type FROM memories")
+    assert columns == [("s2", 3, "semantic")]
+    assert store.get([v1.id], Filter(user_id="u", session_id="s2")) == [told]
+    store.close()

@@ -17,10 +17,11 @@ from chatmem.stores.sql_rows import HISTORY_COLUMNS, RECORD_COLUMNS, columns, re
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.schema import FTS_COLUMNS, fts_of, fts_table, user_token
 
-_UPDATE = (
-    "UPDATE memories SET agent_id = ?, project_id = ?, session_id = ?, type = ?,"
-    " scope = ?, created_at = ?, valid_from = ?, valid_to = ?, version = ?,"
-    " expires_at = ?, body = ?, edited = ? WHERE rowid = ?"
+#: The columns an update may change: those ``columns`` mirrors after the ids and the owner.
+_MIRRORED = tuple(name.strip() for name in RECORD_COLUMNS.split(","))[3:]
+_READ_FOR_UPDATE = (
+    f"SELECT rowid, version, body, {', '.join(_MIRRORED)} FROM memories"
+    " WHERE id = ? AND tenant_id = ? AND user_id = ?"
 )
 
 
@@ -109,13 +110,10 @@ def _add_history(
 def apply_change(conn: sqlite3.Connection, change: Change) -> None:
     """Replace a stored record by its new version (optimistic: the version must match)."""
     new = change.record
-    row = conn.execute(
-        "SELECT rowid, version, body FROM memories WHERE id = ? AND tenant_id = ? AND user_id = ?",
-        (new.id, new.tenant_id, new.user_id),
-    ).fetchone()
+    row = conn.execute(_READ_FOR_UPDATE, (new.id, new.tenant_id, new.user_id)).fetchone()
     if row is None:
         raise NotFoundError(new.id)
-    rowid, version, old_body = row
+    rowid, version, old_body, *stored = row
     if version != change.expected_version:
         raise ConflictError(
             f"memory {new.id!r} is at version {version}, not {change.expected_version}"
@@ -123,7 +121,18 @@ def apply_change(conn: sqlite3.Connection, change: Change) -> None:
     # The row keeps the count it was updated at: field caches read what moved on since.
     edited = _bump(conn, new, "edited")
     body = new.model_dump_json()
-    conn.execute(_UPDATE, (*_columns(new)[3:], body, edited, rowid))
+    # Only the columns that changed are set: SQLite then rewrites no index entry of the
+    # others (a turn told of the next one changes its version and body alone).
+    changed = [
+        (name, value)
+        for name, value, was in zip(_MIRRORED, _columns(new)[3:], stored, strict=True)
+        if value != was
+    ]
+    sets = "".join(f"{name} = ?, " for name, _ in changed)
+    conn.execute(
+        f"UPDATE memories SET {sets}body = ?, edited = ? WHERE rowid = ?",
+        (*(value for _, value in changed), body, edited, rowid),
+    )
     if change.vector is not None:
         conn.execute(
             "UPDATE memory_vectors SET embedding = ? WHERE rowid = ?",
