@@ -27,9 +27,11 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from chatmem.errors import ConfigError
+from chatmem.long_term import LongTermMemory
 from chatmem.records import Content, MemoryRecord, TimeInfo
 from chatmem.retrieval.injection import DEFAULT_HEADER, injected
 from chatmem.retrieval.reranking import RetrievedMemory, superseded_at
+from chatmem.retrieval.retriever import Retriever
 from chatmem.tokens import TiktokenCounter, TokenCounter, message_tokens
 
 __all__ = [
@@ -43,6 +45,8 @@ __all__ = [
     "cl100k",
     "inject",
     "keys",
+    "proxy_retriever",
+    "retrieve",
     "retrieved",
     "score",
     "summary",
@@ -55,6 +59,8 @@ BUDGET_TOKENS = 1000
 INJECT_K = 50
 #: The question the injection goes with (its text does not change what fits).
 _ASKED = [{"role": "user", "content": "?"}]
+#: The proxy's search time budget, lifted: the figure is about what it finds, not how fast.
+UNHURRIED_MS = 60_000.0
 
 
 class Found(NamedTuple):
@@ -69,7 +75,7 @@ class Injection(NamedTuple):
 
     ids: list[str]
     tokens: int
-    offered: int  # results offered to the injection
+    offered: int | None  # results offered to the injection (None: not known)
     budget: int
 
 
@@ -104,9 +110,49 @@ def inject(
     memories = [f.memory for f in found]
     messages, shown = injected(_ASKED, memories, counter, budget_tokens, None, DEFAULT_HEADER)
     by_object = {id(f.memory): f.id for f in found}
+    ids = [by_object[id(m)] for m in shown]
+    return Injection(ids, _system_tokens(messages, counter), len(found), budget_tokens)
+
+
+def proxy_retriever(
+    long_term: LongTermMemory,
+    *,
+    k: int,
+    threshold: float,
+    counter: TokenCounter,
+    budget_tokens: int = BUDGET_TOKENS,
+) -> Retriever:
+    """The chat proxy's pipeline as ``chatmem serve`` builds it (decide, query, search and
+    rerank, expand, inject), with its ``k`` and relevance ``threshold`` (the service's
+    defaults: 5 and 0.6) and no time budget to miss."""
+    return Retriever(
+        long_term,
+        k=k,
+        threshold=threshold,
+        budget_tokens=budget_tokens,
+        counter=counter,
+        search_budget_ms=UNHURRIED_MS,
+        search_workers=1,
+    )
+
+
+def retrieve(retriever: Retriever, user_id: str, question: str, id_key: str) -> Injection:
+    """What the proxy injects for ``question`` asked alone: the ids (``user_metadata``'s
+    ``id_key``) of the memories in its system message, and the message's tokens."""
+    got = retriever.retrieve([{"role": "user", "content": question}], user_id=user_id)
+    if got.degraded:
+        raise RuntimeError(f"retrieval degraded: {got.degraded}")
+    ids = [str(m.record.user_metadata.get(id_key)) for m in got.results]
+    counter = retriever.counter
+    return Injection(
+        ids, _system_tokens(got.injected_messages, counter), None, retriever.budget_tokens
+    )
+
+
+def _system_tokens(messages: Sequence[dict[str, Any]], counter: TokenCounter) -> int:
+    """Tokens of the injected system message (the only one here); 0 when none was."""
     system = next((m for m in messages if m["role"] == "system"), None)
-    tokens = message_tokens(counter, system) if system is not None else 0
-    return Injection([by_object[id(m)] for m in shown], tokens, len(found), budget_tokens)
+    return message_tokens(counter, system) if system is not None else 0
 
 
 class Scores(NamedTuple):
@@ -116,7 +162,7 @@ class Scores(NamedTuple):
     all_found: bool
     memories: int
     tokens: int
-    budget_cut: bool  # the budget left out a result (else k was the limit)
+    budget_cut: bool | None  # the budget left out a result (else k was; None: not known)
     budget: int
 
 
@@ -128,7 +174,7 @@ def score(evidence: frozenset[str], injection: Injection) -> Scores:
         kept == evidence,
         len(injection.ids),
         injection.tokens,
-        len(injection.ids) < injection.offered,
+        None if injection.offered is None else len(injection.ids) < injection.offered,
         injection.budget,
     )
 
@@ -161,5 +207,5 @@ def summary(
         "budget_tokens": measured[0].budget,
         "injected_memories": mean(s.memories for s in measured),
         "injected_tokens": mean(s.tokens for s in measured),
-        "budget_cut": mean(float(s.budget_cut) for s in measured),
+        "budget_cut": mean(float(s.budget_cut) for s in measured if s.budget_cut is not None),
     }

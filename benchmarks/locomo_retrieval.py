@@ -110,6 +110,12 @@ class System(Protocol):
         """The top k with the memory each would inject (see ``_injection``)."""
         ...
 
+    def injection(
+        self, user_id: str, query: str, k: int, counter: Any, budget_tokens: int
+    ) -> _injection.Injection:
+        """What of the top k chatmem's injection keeps within ``budget_tokens``."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -130,6 +136,11 @@ class _Said:
 
     def search(self, user_id: str, query: str, k: int) -> list[str]:
         raise NotImplementedError
+
+    def injection(
+        self, user_id: str, query: str, k: int, counter: Any, budget_tokens: int
+    ) -> _injection.Injection:
+        return _injection.inject(self.found(user_id, query, k), counter, budget_tokens)
 
     def found(self, user_id: str, query: str, k: int) -> list[Found]:
         said = self._said.get(user_id, {})
@@ -379,9 +390,12 @@ class ChatmemSystem:
         query_model: str = "fast",
         context_window: int | None = None,
         document_model: str = "fast",
+        proxy_threshold: float | None = None,
     ) -> None:
         # "chatmem-exact": memories embedded with the packaged model, as before 2026-11-26.
         self.name = "chatmem" if document_model == "fast" else f"chatmem-{document_model}"
+        self._proxy_threshold = proxy_threshold
+        self._retriever: Any = None
         t0 = time.perf_counter()
         try:
             lib = _import_chatmem()
@@ -405,6 +419,8 @@ class ChatmemSystem:
             "query_model": query_model,
             "document_model": document_model,
             "context_window": context_window,
+            "injection": "search" if proxy_threshold is None else "proxy's Retriever",
+            "proxy_threshold": proxy_threshold,
         }
         self._ingested: list[list[Any]] = []
 
@@ -469,7 +485,27 @@ class ChatmemSystem:
             for h in hits
         ]
 
+    def injection(
+        self, user_id: str, query: str, k: int, counter: Any, budget_tokens: int
+    ) -> _injection.Injection:
+        """The search's top k through the injection; or, with ``proxy_threshold`` set, the
+        proxy's whole pipeline (``Retriever``: decide, rerank at that relevance threshold,
+        expand, inject) with ``k``."""
+        if self._proxy_threshold is None:
+            return _injection.inject(self.found(user_id, query, k), counter, budget_tokens)
+        if self._retriever is None:
+            self._retriever = _injection.proxy_retriever(
+                self._mem,
+                k=k,
+                threshold=self._proxy_threshold,
+                counter=counter,
+                budget_tokens=budget_tokens,
+            )
+        return _injection.retrieve(self._retriever, user_id, query, "dia_id")
+
     def close(self) -> None:
+        if self._retriever is not None:
+            self._retriever.close()
         self._time_embedder_alone()
         self._mem.close()
 
@@ -695,8 +731,9 @@ def run_system(
             all_found = q.evidence.issubset(got[:ALL_K])
             within = None
             if counter is not None:
-                found = system.found(user, q.question, args.inject_k)
-                injection = _injection.inject(found, counter, args.budget_tokens)
+                injection = system.injection(
+                    user, q.question, args.inject_k, counter, args.budget_tokens
+                )
                 within = _injection.score(q.evidence, injection)
             res.scored.append(Scored(index, q.category, recall, all_found, within))
         log(
@@ -746,7 +783,9 @@ def build_system(name: str, workdir: Path, args: argparse.Namespace) -> System:
     if name == "mem0":
         return Mem0System(workdir, args.speaker_prefix)
     if name == "chatmem":
-        return ChatmemSystem(workdir, args.query_model, args.context_window)
+        return ChatmemSystem(
+            workdir, args.query_model, args.context_window, proxy_threshold=args.proxy_threshold
+        )
     if name == "chatmem-exact":
         return ChatmemSystem(workdir, args.query_model, args.context_window, "exact")
     raise ValueError(f"unknown system {name!r}")
@@ -983,6 +1022,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="results each system offers the injection (50: the budget, not k, cuts)",
     )
     p.add_argument(
+        "--proxy-threshold",
+        type=float,
+        default=None,
+        help="chatmem's injection through the proxy's Retriever (rerank, this relevance "
+        "threshold, expansion) with k = --inject-k; the service's defaults are 0.6 and 5",
+    )
+    p.add_argument(
         "--no-speaker-prefix",
         dest="speaker_prefix",
         action="store_false",
@@ -1074,6 +1120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "baseline_text": "Speaker: text" if args.speaker_prefix else "text",
             "budget_tokens": args.budget_tokens or None,
             "inject_k": args.inject_k,
+            "proxy_threshold": args.proxy_threshold,
             "token_counter": counter.name if counter is not None else None,
             "conversations": [i for i, _ in conversations],
             "halves": {half: sorted(indices) for half, indices in halves.items()},

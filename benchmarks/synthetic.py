@@ -476,8 +476,9 @@ def run_system(
             run.search_s.append(time.perf_counter() - t0)
             scored = score(question, got, conv.user_id)
             if counter is not None:
-                found = system.found(conv.user_id, question.text, _injection.INJECT_K)
-                injection = _injection.inject(found, counter, budget_tokens)
+                injection = system.injection(
+                    conv.user_id, question.text, _injection.INJECT_K, counter, budget_tokens
+                )
                 scored = replace(scored, within=_injection.score(question.evidence, injection))
             run.scored.append(scored)
     return run
