@@ -25,9 +25,11 @@ deleted rows are masked out, and the postings are rebuilt once the changes pile 
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -103,27 +105,54 @@ class Tokenizer:
 
 
 def _postings(
-    rows: Sequence[TextRow], tokenizer: Tokenizer
-) -> tuple[list[dict[str, float]], list[float]]:
-    """Each row's weighted term frequencies (its ``said``, ``prev``, ``nxt`` and ``day``
-    words, each counted with its column's weight) and its length in tokens (every column,
-    ``ukey`` too, as FTS5's ``xColumnSize(-1)`` counts it)."""
-    split = [[text.split() for text in row[1:]] for row in rows]
-    known = tokenizer.learn(chain.from_iterable(chain.from_iterable(split)))
-    weights = FTS_WEIGHTS[1:]
-    frequencies, lengths = [], []
-    for columns in split:
-        freq: dict[str, float] = {}
-        length = 0
-        for chunks, weight in zip(columns[1:], weights, strict=True):
-            tokens = list(chain.from_iterable(known[chunk] for chunk in chunks))
-            length += len(tokens)
-            for term, count in Counter(tokens).items():
-                freq[term] = freq.get(term, 0.0) + weight * count
-        length += sum(len(known[chunk]) for chunk in columns[0])
-        frequencies.append(freq)
-        lengths.append(float(length))
-    return frequencies, lengths
+    texts: Sequence[TextRow],
+    positions: npt.ArrayLike,
+    tokenizer: Tokenizer,
+    vocabulary: dict[str, int],
+) -> tuple[Patch, Floats]:
+    """The postings of ``texts`` (the rows at ``positions``): each term of a row's
+    ``said``, ``prev``, ``nxt`` and ``day`` columns with its frequency, every occurrence
+    counted with its column's weight, added in FTS5's order (column, then offset); and each
+    row's length in tokens (every column, ``ukey`` too, as FTS5's ``xColumnSize(-1)``).
+    New words are added to ``vocabulary``. Array work, but for one split per column."""
+    columns = len(FTS_WEIGHTS)
+    chunks: list[str] = []
+    sizes: list[int] = []
+    for row in texts:
+        for text in row[1:]:
+            split = text.split()
+            chunks += split
+            sizes.append(len(split))
+    per_cell = np.array(sizes, np.int64)
+    distinct = {chunk: i for i, chunk in enumerate(dict.fromkeys(chunks))}
+    chunk_ids = np.fromiter(map(distinct.__getitem__, chunks), np.int64, len(chunks))
+    known = tokenizer.learn(distinct)
+    tokens = [known[chunk] for chunk in distinct]
+    counts = np.fromiter(map(len, tokens), np.int64, len(tokens))
+    codes = np.fromiter(
+        (vocabulary.setdefault(t, len(vocabulary)) for found in tokens for t in found), np.int64
+    )
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    # One entry per token occurrence: which chunk occurrence it comes from, which token of it.
+    per_chunk = counts[chunk_ids]
+    occurrence = np.repeat(np.arange(len(chunk_ids)), per_chunk)
+    within = np.arange(len(occurrence)) - np.repeat(np.cumsum(per_chunk) - per_chunk, per_chunk)
+    terms = codes[starts[chunk_ids][occurrence] + within]
+    cells = np.repeat(np.arange(len(per_cell)), per_cell)[occurrence]
+    rows, column = np.divmod(cells, columns)
+    lengths = np.bincount(rows, minlength=len(texts)).astype(np.float64)
+    indexed = column != 0  # ukey counts in a row's length, never as a word
+    key = terms[indexed] * len(texts) + rows[indexed]
+    weight = np.asarray(FTS_WEIGHTS, np.float64)[column[indexed]]
+    order = np.argsort(key, kind="stable")
+    key, weight = key[order], weight[order]
+    if not len(key):
+        return Patch.empty(), lengths
+    first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+    freq = np.add.reduceat(weight, first)
+    term, row = np.divmod(key[first], len(texts))
+    at = np.asarray(positions, np.int64)[row]
+    return Patch(term.astype(np.int32), at.astype(np.int32), freq), lengths
 
 
 @dataclass(frozen=True)
@@ -185,9 +214,8 @@ class UserWords:
         tokenizer: Tokenizer,
     ) -> UserWords:
         rowids = np.fromiter((row[0] for row in texts), np.int64, len(texts))
-        frequencies, lengths = _postings(texts, tokenizer)
         vocabulary: dict[str, int] = {}
-        patch = _as_patch(vocabulary, range(len(texts)), frequencies)
+        patch, lengths = _postings(texts, np.arange(len(texts)), tokenizer, vocabulary)
         return _compacted(
             cls(
                 tenant,
@@ -195,14 +223,15 @@ class UserWords:
                 versions,
                 vocabulary,
                 rowids,
-                np.array(lengths, np.float64),
+                lengths,
                 np.ones(len(texts), np.bool_),
                 np.zeros(len(texts), np.bool_),
                 np.zeros(1, np.int64),
                 np.zeros(0, np.int32),
                 np.zeros(0, np.float64),
                 patch,
-            )
+            ),
+            sorted_patch=True,  # _postings sorts by term, then row
         )
 
     def scores(self, terms: Sequence[str]) -> tuple[Rowids, Floats]:
@@ -285,16 +314,16 @@ class UserWords:
     def _appended(self, texts: Sequence[TextRow], tokenizer: Tokenizer) -> UserWords:
         if not texts:
             return self
-        frequencies, lengths = _postings(texts, tokenizer)
         first = len(self.rowids)
-        added = _as_patch(self.vocabulary, range(first, first + len(texts)), frequencies)
+        positions = np.arange(first, first + len(texts))
+        added, lengths = _postings(texts, positions, tokenizer, self.vocabulary)
         grown = np.ones(len(texts), np.bool_)
         return replace(
             self,
             rowids=np.concatenate(
                 [self.rowids, np.fromiter((row[0] for row in texts), np.int64, len(texts))]
             ),
-            lengths=np.concatenate([self.lengths, np.array(lengths, np.float64)]),
+            lengths=np.concatenate([self.lengths, lengths]),
             alive=np.concatenate([self.alive, grown]),
             stale=np.concatenate([self.stale, ~grown]),
             patch=self.patch.plus(added),
@@ -310,36 +339,18 @@ class UserWords:
         at = at[known].astype(np.int32)
         if not len(at):
             return self
-        frequencies, lengths = _postings(texts, tokenizer)
+        added, lengths = _postings(texts, at, tokenizer, self.vocabulary)
         stale, new_lengths = self.stale.copy(), self.lengths.copy()
         stale[at] = True
         new_lengths[at] = lengths
-        added = _as_patch(self.vocabulary, at.tolist(), frequencies)
         return replace(
             self, lengths=new_lengths, stale=stale, patch=self.patch.without(at).plus(added)
         )
 
 
-def _as_patch(
-    vocabulary: dict[str, int], positions: Iterable[int], frequencies: Sequence[dict[str, float]]
-) -> Patch:
-    """Postings of the rows at ``positions``; new words are added to ``vocabulary``."""
-    terms: list[int] = []
-    rows: list[int] = []
-    freq: list[float] = []
-    for position, found in zip(positions, frequencies, strict=True):
-        for term, weight in found.items():
-            code = vocabulary.get(term)
-            if code is None:
-                code = vocabulary[term] = len(vocabulary)
-            terms.append(code)
-            rows.append(position)
-            freq.append(weight)
-    return Patch(np.array(terms, np.int32), np.array(rows, np.int32), np.array(freq, np.float64))
-
-
-def _compacted(words: UserWords) -> UserWords:
-    """The same postings with the patch folded into the arrays (sorted by term, then row)."""
+def _compacted(words: UserWords, *, sorted_patch: bool = False) -> UserWords:
+    """The same postings with the patch folded into the arrays (sorted by term, then row;
+    ``sorted_patch``: the arrays are empty and the patch is in that order already)."""
     base_terms = np.repeat(
         np.arange(len(words.offsets) - 1, dtype=np.int32), np.diff(words.offsets)
     )
@@ -348,7 +359,7 @@ def _compacted(words: UserWords) -> UserWords:
     terms = np.concatenate([base_terms[keep], words.patch.terms[patch_keep]])
     rows = np.concatenate([words.rows[keep], words.patch.rows[patch_keep]])
     freq = np.concatenate([words.freq[keep], words.patch.freq[patch_keep]])
-    order = np.lexsort((rows, terms))
+    order = np.arange(len(terms)) if sorted_patch else np.lexsort((rows, terms))
     counts = np.bincount(terms, minlength=len(words.vocabulary))
     offsets = np.zeros(len(words.vocabulary) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
@@ -381,6 +392,13 @@ def read_texts(
         (tenant, user, after if edited is None else edited),
     ).fetchall()
     return rows
+
+
+def _lower_priority() -> None:
+    """Builds yield the CPU to searches: the builder thread runs at nice 10 where the
+    system lets a thread set its own (Linux)."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
 class KeywordCache:
@@ -469,7 +487,9 @@ class KeywordCache:
                 return
             self._building.add(key)
             if self._builder is None:
-                self._builder = ThreadPoolExecutor(1, thread_name_prefix="chatmem-keywords")
+                self._builder = ThreadPoolExecutor(
+                    1, thread_name_prefix="chatmem-keywords", initializer=_lower_priority
+                )
             builder = self._builder
 
         def run() -> None:
