@@ -45,6 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--dense",
+        action="store_true",
+        help="also plain dense search (locomo_retrieval's) on the same turns, interleaved",
+    )
+    parser.add_argument("--samples", action="store_true", help="keep every query's ms in the JSON")
     args = parser.parse_args(argv)
     conversations = load_locomo(args.data)
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -77,7 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for query in queries[:5]:
         search_fts(f"{query} warm")
-    embedding, search, fts = [], [], []
+    dense = lr.DenseSystem() if args.dense else None
+    if dense is not None:
+        dense.ingest("scale-user", lr.scale_turns(conversations, args.size))
+        for query in queries[:5]:
+            dense.search("scale-user", f"{query} warm", 10)
+    embedding, search, fts, dense_ms = [], [], [], []
     for query in queries:
         embedding.append(_time(lambda q=query: embedder._embed_many([f"{q} e"], embedder._query())))
         search.append(
@@ -88,12 +99,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
         fts.append(_time(lambda q=query: search_fts(f"{q} f")))
+        if dense is not None:
+            dense_ms.append(_time(lambda q=query, d=dense: d.search("scale-user", q + " d", 10)))
     result = {
         "size": args.size,
         "embedding": _quantiles(embedding),
         "search": _quantiles(search),
         "search_fts5_only": _quantiles(fts),
     }
+    if dense is not None:
+        result["dense"] = _quantiles(dense_ms)
+        dense.close()
+    if args.samples:
+        samples = {"embedding": embedding, "search": search, "search_fts5_only": fts}
+        result["samples_ms"] = samples | ({"dense": dense_ms} if dense is not None else {})
     profile = cProfile.Profile()
     profile.enable()
     for query in queries:
