@@ -2,8 +2,9 @@
 
 The issue's target: a single raw ``add`` p50 ≤ 5 ms, durable when it returns. An add is one
 embedding plus chatmem's own work (the record, its context, the session's previous turn,
-one SQLite transaction or two); this measures both on the same texts, in pairs, so that the
-difference is chatmem's share whatever the machine's load.
+one SQLite transaction or two); this measures both on the same texts, in pairs, so that both
+see the same load (on a busy machine their difference still varies by a millisecond from run
+to run: ``--overhead`` measures chatmem's share far more steadily).
 
 Each timed add is one LoCoMo turn into a fresh user, with its session, as
 ``locomo_retrieval.py --adds`` makes it; the store first holds ``--prefill`` conversations
@@ -14,12 +15,17 @@ per call, and the cache is emptied before the timed adds. Each pair times the ad
 embedding of the text it embedded (the document model, one text a call, no cache), in
 alternating order. ``--profile`` then profiles ``--adds`` more adds (cProfile).
 
-``--overhead`` times chatmem's own share alone, far less noisy than a difference of two
-timings: every timed text is embedded first (by the same model, one text a call), and the
-adds then take their vectors from a table (``Precomputed``), so no model runs while an add
-is timed, and the vectors stored are the real ones.
+``--overhead`` times chatmem's own share alone: every timed text is embedded first (by the
+same model, one text a call), and the adds then take their vectors from a table
+(``Precomputed``), so no model runs while an add is timed, and the vectors stored are the
+real ones. ``--against DIR`` then compares two
+versions of the SQLite write path in one process: each add runs with the write module of
+``DIR`` (a ``src/`` folder, e.g. ``git archive <commit> src``) or this tree's, at random, so
+both see the same load.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/single_add.py --data "$LOCOMO" --json out.json
+    OPENBLAS_NUM_THREADS=1 python benchmarks/single_add.py --data "$LOCOMO" --overhead \
+        --adds 3000 --against DIR/src
     # the code before a change, from a copy of its src/ (git archive HEAD src | tar -x -C DIR):
     PYTHONPATH=DIR/src python benchmarks/single_add.py --data "$LOCOMO"
 """
@@ -126,19 +132,47 @@ class Precomputed:
         return np.concatenate([self._vectors[text] for text in texts])
 
 
-def _overhead(system: Any, turns: Sequence[Turn]) -> dict[str, Any]:
-    """Time each turn's add with its vector looked up, not computed."""
-    wall_ms: list[float] = []
-    cpu_ms: list[float] = []
+def _overhead(system: Any, turns: Sequence[Turn], against: Path | None) -> dict[str, Any]:
+    """Time each turn's add with its vector looked up, not computed; with ``against`` (a
+    ``src/`` folder), each add uses that tree's SQLite write path or this one's, at random."""
+    import random
+
+    from chatmem.stores.sqlite import store
+
+    versions = {"add_without_embedding": store.writes}
+    if against is not None:
+        versions["add_without_embedding_against"] = _module(against / WRITES)
+    wall_ms: dict[str, list[float]] = {name: [] for name in versions}
+    cpu_ms: dict[str, list[float]] = {name: [] for name in versions}
+    chance = random.Random(1)
     for turn in turns:
+        name = chance.choice(list(versions))
+        store.writes = versions[name]  # type: ignore[attr-defined]
         wall, cpu = time.perf_counter(), time.process_time()
         system.add_one("add-probe", turn)
-        wall_ms.append((time.perf_counter() - wall) * 1000)
-        cpu_ms.append((time.process_time() - cpu) * 1000)
-    return {
-        "add_without_embedding": _summary(wall_ms),
-        "add_without_embedding_cpu": _summary(cpu_ms),
-    }
+        wall_ms[name].append((time.perf_counter() - wall) * 1000)
+        cpu_ms[name].append((time.process_time() - cpu) * 1000)
+    result: dict[str, Any] = {}
+    for name in versions:
+        result[name] = _summary(wall_ms[name])
+        result[f"{name}_cpu"] = _summary(cpu_ms[name])
+    return result
+
+
+#: The SQLite write path within a ``src/`` folder.
+WRITES = Path("chatmem/stores/sqlite/writes.py")
+
+
+def _module(path: Path) -> Any:
+    """The module at ``path``, loaded under a name of its own (it imports the rest of
+    chatmem from this tree)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("single_add_against", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _expected_text(system: Any, turn: Turn) -> str:
@@ -162,6 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--overhead", action="store_true", help="time adds with precomputed vectors only"
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="with --overhead: a src/ folder whose SQLite write path half the adds use",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     conversations = load_locomo(args.data)
@@ -173,13 +212,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             system.ingest(lr.user_id_for(conv), conv.turns)
         system._mem.embedder._cache.clear()
         if args.overhead:
-            texts = [_expected_text(system, t) for t in [*timed, *profiled]]
+            ahead = [*timed, *(profiled if args.profile else [])]
+            texts = [_expected_text(system, t) for t in ahead]
             system._mem.embedder = Precomputed(system._mem.embedder, texts)
         result: dict[str, Any] = {
             "adds": len(timed),
             "prefill": args.prefill,
             "load_average": os.getloadavg(),
-            **(_overhead(system, timed) if args.overhead else _pairs(system, timed)),
+            **(_overhead(system, timed, args.against) if args.overhead else _pairs(system, timed)),
         }
         result["load_average_after"] = os.getloadavg()
         print(json.dumps(result, indent=2))
