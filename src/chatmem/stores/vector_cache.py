@@ -21,7 +21,8 @@ import numpy.typing as npt
 
 from chatmem.records import Vector
 
-Rows = Iterable[tuple[int, bytes]]
+#: (rowid, vector blob, memory id) of a user's rows, in rowid order.
+Rows = Iterable[tuple[int, bytes, str]]
 #: Default memory budget of the cache: enough for ~80 users of 10,000 memories (384 dims).
 DEFAULT_BUDGET_BYTES = 512 * 1024 * 1024
 
@@ -34,10 +35,25 @@ class UserVectors:
     matrix: Vector
     appended: int
     changed: int
+    #: The memory id of each row (a rowid's id never changes: rowids are not reused).
+    ids: list[str]
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes + self.rowids.nbytes)
+        return int(self.matrix.nbytes + self.rowids.nbytes) + 90 * len(self.ids)
+
+    def ids_of(self, rowids: Iterable[int]) -> dict[int, str]:
+        """The ids of those of ``rowids`` held here."""
+        wanted = np.fromiter(rowids, np.int64)
+        if not len(wanted) or not len(self.rowids):
+            return {}
+        at = np.minimum(np.searchsorted(self.rowids, wanted), len(self.rowids) - 1)
+        held = self.rowids[at] == wanted
+        ids = self.ids
+        return {
+            int(rowid): ids[int(i)]
+            for rowid, i in zip(wanted[held].tolist(), at[held].tolist(), strict=True)
+        }
 
     @property
     def last_rowid(self) -> int:
@@ -54,10 +70,11 @@ class UserVectors:
 
 
 def _build(rows: Rows, dimension: int, appended: int, changed: int) -> UserVectors:
-    pairs = list(rows)
-    rowids = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
-    matrix = np.frombuffer(b"".join(blob for _, blob in pairs), dtype=np.float32)
-    return UserVectors(rowids, matrix.reshape(len(pairs), dimension), appended, changed)
+    found = list(rows)
+    rowids = np.fromiter((r for r, _, _ in found), dtype=np.int64, count=len(found))
+    matrix = np.frombuffer(b"".join(blob for _, blob, _ in found), dtype=np.float32)
+    ids = [memory_id for _, _, memory_id in found]
+    return UserVectors(rowids, matrix.reshape(len(found), dimension), appended, changed, ids)
 
 
 class VectorCache:
@@ -76,8 +93,8 @@ class VectorCache:
         dimension: int,
         read: Callable[[int], Rows],
     ) -> UserVectors:
-        """The user's vectors at ``versions``; ``read(after_rowid)`` yields (rowid, blob) of
-        the user's rows with a larger rowid, in rowid order, from the same snapshot."""
+        """The user's vectors at ``versions``; ``read(after_rowid)`` yields (rowid, blob, id)
+        of the user's rows with a larger rowid, in rowid order, from the same snapshot."""
         appended, changed = versions
         with self._lock:
             cached = self._users.get(key)
@@ -92,6 +109,7 @@ class VectorCache:
                 np.concatenate([cached.matrix, extra.matrix]),
                 appended,
                 changed,
+                cached.ids + extra.ids,
             )
         else:
             fresh = _build(read(0), dimension, appended, changed)

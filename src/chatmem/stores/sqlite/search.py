@@ -16,7 +16,7 @@ from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.filters import Admitted
 from chatmem.stores.sqlite.keyword_cache import UserWords
 from chatmem.stores.sqlite.schema import FTS_WEIGHTS, fts_table, user_key, user_token
-from chatmem.stores.vector_cache import VectorCache
+from chatmem.stores.vector_cache import UserVectors, VectorCache
 
 
 def user_versions(conn: sqlite3.Connection, tenant: str, user: str) -> Versions:
@@ -37,14 +37,14 @@ def vector_half(
     versions: Versions,
     admitted: Admitted,
     also: set[int],
-) -> dict[int, float]:
+) -> tuple[dict[int, float], UserVectors]:
     """The ``candidates`` nearest rows that the filter ``admitted``, plus the cosine of
-    ``also``."""
+    ``also``; and the user's vectors they were read from."""
     tenant, user = query.filter.tenant_id, query.filter.require_user()
 
-    def read(after: int) -> list[tuple[int, bytes]]:
-        rows: list[tuple[int, bytes]] = conn.execute(
-            "SELECT v.rowid, v.embedding FROM memories AS m JOIN memory_vectors AS v"
+    def read(after: int) -> list[tuple[int, bytes, str]]:
+        rows: list[tuple[int, bytes, str]] = conn.execute(
+            "SELECT v.rowid, v.embedding, m.id FROM memories AS m JOIN memory_vectors AS v"
             " ON v.rowid = m.rowid WHERE m.tenant_id = ? AND m.user_id = ? AND m.rowid > ?"
             " ORDER BY m.rowid",
             (tenant, user, after),
@@ -61,7 +61,7 @@ def vector_half(
     wanted = np.fromiter(sorted(also - set(found)), dtype=np.int64)
     for position, rowid in zip(vectors.positions(wanted), wanted, strict=True):
         found[int(rowid)] = float(scores[position])
-    return found
+    return found, vectors
 
 
 def keyword_half(
@@ -118,15 +118,20 @@ def cached_keyword_half(
     return list(zip(rowids[order].tolist(), scores[order].tolist(), strict=True))
 
 
-def ids_by_rowid(conn: sqlite3.Connection, rowids: set[int]) -> dict[int, str]:
-    if not rowids:
-        return {}
-    ordered = sorted(rowids)
+def ids_by_rowid(
+    conn: sqlite3.Connection, rowids: set[int], vectors: UserVectors | None = None
+) -> dict[int, str]:
+    """The memory ids of ``rowids``: from the user's cached vectors where they hold them,
+    else read."""
+    held = vectors.ids_of(rowids) if vectors is not None else {}
+    if len(held) == len(rowids):
+        return held
+    ordered = sorted(rowids - held.keys())
     rows = conn.execute(
         f"SELECT rowid, id FROM memories WHERE rowid IN ({', '.join('?' * len(ordered))})",
         ordered,
     ).fetchall()
-    return dict(rows)
+    return held | dict(rows)
 
 
 __all__ = [

@@ -39,7 +39,7 @@ from chatmem.stores.sqlite.filters import Admitted, admitted, where
 from chatmem.stores.sqlite.keyword_cache import DEFAULT_BUDGET_BYTES as WORDS_BUDGET_BYTES
 from chatmem.stores.sqlite.keyword_cache import MIN_ROWS, KeywordCache, UserWords, read_texts
 from chatmem.stores.sqlite.schema import MIGRATIONS, fts_table, user_key, user_token
-from chatmem.stores.vector_cache import DEFAULT_BUDGET_BYTES, VectorCache
+from chatmem.stores.vector_cache import DEFAULT_BUDGET_BYTES, UserVectors, VectorCache
 
 _EMBEDDING = "SELECT value FROM chatmem_meta WHERE key = 'embedding'"
 
@@ -218,19 +218,19 @@ class SQLiteStore(MemoryStore):
         with self._file.read() as conn:
             conn.execute("BEGIN")  # one snapshot for versions, vectors and words
             try:
-                scores = self._scores(conn, query, user)
-                ids = halves.ids_by_rowid(conn, set(scores[0]) | set(scores[1]))
+                cosine, keyword, vectors = self._scores(conn, query, user)
+                ids = halves.ids_by_rowid(conn, set(cosine) | set(keyword), vectors)
             finally:
                 conn.execute("COMMIT")
-        cosine, keyword = scores
         return [
             Candidate(ids[rowid], cosine.get(rowid), keyword.get(rowid)) for rowid in sorted(ids)
         ]
 
     def _scores(
         self, conn: sqlite3.Connection, query: SearchQuery, user: str
-    ) -> tuple[dict[int, float], dict[int, float]]:
-        """Cosine and keyword scores by rowid, within one read transaction."""
+    ) -> tuple[dict[int, float], dict[int, float], UserVectors | None]:
+        """Cosine and keyword scores by rowid, within one read transaction, and the user's
+        vectors when the vector half read them."""
         versions = halves.user_versions(conn, query.filter.tenant_id, user)
         allowed = admitted(conn, query.filter, self._field_cache, versions)
         keyword: dict[int, float] = {}
@@ -239,9 +239,10 @@ class SQLiteStore(MemoryStore):
         # Asked for only now: an embedding started before the search ran meanwhile.
         vector = query.query_vector()
         cosine: dict[int, float] = {}
+        vectors = None
         if vector is not None and self._embedding is not None:
             self._check_vector(vector)
-            cosine = halves.vector_half(
+            cosine, vectors = halves.vector_half(
                 conn,
                 self._vector_cache,
                 self._dimension(),
@@ -251,7 +252,7 @@ class SQLiteStore(MemoryStore):
                 allowed,
                 set(keyword),
             )
-        return cosine, keyword
+        return cosine, keyword, vectors
 
     def _keyword_half(
         self,
