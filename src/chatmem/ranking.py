@@ -23,6 +23,11 @@ the full keyword weight, in an order set by text length alone. And a keyword hit
 cosine is under 0.15 (within MiniLM's cosines for unrelated text) is most often a reply that
 matched only through its neighbours' words, or filler that shares one common word with the
 query; a real answer phrased differently from the question scores above it.
+
+``Repeats`` spreads a ranking: a memory whose speaker said the same words in one ranked above
+it (``RankingConfig.repeats_last``) gives its place to the next, so the same remark said on
+three days fills one place of a top k, not three, and leaves the others to the rest of an
+answer (docs/benchmarks.md, "Multi-hop without an LLM (2026-11-27)").
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from chatmem import text as textlib
 from chatmem.errors import ValidationError
-from chatmem.records import Candidate
+from chatmem.records import Candidate, MemoryRecord
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,9 @@ class RankingConfig:
     keyword_floor_hits: int = 8
     #: Keyword credit is scaled by ``min(1, cosine / keyword_cosine)`` (0: never scaled).
     keyword_cosine: float = 0.15
+    #: A memory whose speaker said the same words in one ranked above it comes after the
+    #: others (``Repeats``): the same remark on three days takes one place of a top k.
+    repeats_last: bool = True
 
     def __post_init__(self) -> None:
         if self.vector_weight < 0 or self.keyword_weight < 0:
@@ -112,6 +121,35 @@ def _meaning_share(vector: float | None, cosine: float) -> float:
     if vector is None or cosine <= 0:
         return 1.0
     return min(1.0, vector / cosine)
+
+
+#: What tells two memories apart as repeats: who said them, and their words.
+Said = tuple[str | None, frozenset[str]]
+
+
+def said(speaker: str | None, text: str) -> Said:
+    """The speaker and the set of words (``chatmem.text.words``: lower-cased, punctuation
+    and order aside) of a memory."""
+    return speaker, frozenset(textlib.words(text))
+
+
+class Repeats:
+    """Tells repeats apart while a ranking is read best first (``RankingConfig.repeats_last``):
+    a memory is a repeat when its speaker said the same words in one read before it. A
+    memory without words (an emoji) repeats nothing."""
+
+    def __init__(self) -> None:
+        self._said: set[Said] = set()
+
+    def seen(self, record: MemoryRecord) -> bool:
+        """Whether ``record`` repeats one read before it; it is remembered if not."""
+        key = said(record.context.speaker if record.context else None, record.text)
+        if not key[1]:
+            return False
+        if key in self._said:
+            return True
+        self._said.add(key)
+        return False
 
 
 def select(scored: list[Scored], k: int, threshold: float | None = None) -> list[Scored]:

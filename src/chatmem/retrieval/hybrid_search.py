@@ -1,5 +1,6 @@
 """The search (SPEC R3): a hybrid search of one user's current memories in long-term
-memory, narrowed by a filter, then the rerank of ``chatmem.retrieval.reranking``."""
+memory, narrowed by a filter, then the rerank of ``chatmem.retrieval.reranking``, a memory that
+repeats one above it set after the rest (``chatmem.ranking.Repeats``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from datetime import datetime
 
 from chatmem.errors import ValidationError
 from chatmem.long_term import LongTermMemory
+from chatmem.ranking import Repeats
 from chatmem.records import Filter, MemoryType, utcnow
 from chatmem.retrieval.query import Query
 from chatmem.retrieval.reranking import (
@@ -15,7 +17,8 @@ from chatmem.retrieval.reranking import (
     RELEVANCE_REFERENCE,
     RerankWeights,
     RetrievedMemory,
-    rerank,
+    mark_updated,
+    rank,
     superseded_at,
 )
 
@@ -51,6 +54,10 @@ def search(
     Memories superseded by ``now`` (``valid_to`` passed) are left out, as long-term memory
     does, unless ``include_superseded``: then they are kept and marked. Either way the
     earlier value comes back through the ``updates`` link of the current one (``expand``).
+
+    A memory whose speaker said the same words in one ranked above it (the ranking's
+    ``repeats_last``) is returned only when too few others pass: the same remark said on
+    three days takes one place of the ``k``, not three.
     """
     check_search(k, threshold)
     moment = now or utcnow()
@@ -80,7 +87,18 @@ def search(
     )
     if not include_superseded:
         found = [r for r in found if superseded_at(r.record, moment) is None]
-    return rerank(found, k=k, threshold=threshold, weights=weights, now=moment)
+    ranked = rank(found, threshold=threshold, weights=weights, now=moment)
+    if long_term.ranking.repeats_last:
+        ranked = _repeats_last(ranked)
+    return mark_updated(ranked[:k], moment)
+
+
+def _repeats_last(ranked: list[RetrievedMemory]) -> list[RetrievedMemory]:
+    """``ranked`` with every repeat of one above it after the others (``Repeats``)."""
+    repeats = Repeats()
+    seen = [repeats.seen(m.record) for m in ranked]
+    kept = [m for m, repeat in zip(ranked, seen, strict=True) if not repeat]
+    return kept + [m for m, repeat in zip(ranked, seen, strict=True) if repeat]
 
 
 def check_search(k: int, threshold: float) -> None:

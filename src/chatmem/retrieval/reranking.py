@@ -122,6 +122,20 @@ def rerank(
 ) -> list[RetrievedMemory]:
     """The best ``k`` of ``found`` whose relevance is at least ``threshold``, by final
     score (pure; see the module docstring for the formula)."""
+    ranked = rank(found, threshold=threshold, weights=weights, now=now, reference=reference)
+    return mark_updated(ranked[:k], now)
+
+
+def rank(
+    found: Sequence[SearchResult],
+    *,
+    threshold: float,
+    weights: RerankWeights = DEFAULT_WEIGHTS,
+    now: datetime,
+    reference: float = RELEVANCE_REFERENCE,
+) -> list[RetrievedMemory]:
+    """Every one of ``found`` whose relevance is at least ``threshold``, best final score
+    first (ties by id); ``rerank`` without the cut to ``k`` and the ``updates`` marks."""
     relevance = relevance_scores([r.score for r in found], reference)
     ranked = []
     for result, rel in zip(found, relevance, strict=True):
@@ -138,7 +152,7 @@ def rerank(
             RetrievedMemory(record, score, rel, recency, result.score, superseded_at(record, now))
         )
     ranked.sort(key=lambda m: (-m.score, m.record.id))
-    return mark_updated(ranked[:k], now)
+    return ranked
 
 
 def mark_updated(memories: Sequence[RetrievedMemory], now: datetime) -> list[RetrievedMemory]:

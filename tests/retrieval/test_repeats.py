@@ -1,0 +1,77 @@
+"""Repeats set apart (issue 18, docs/benchmarks.md "Multi-hop without an LLM (2026-11-27)"):
+a remark said again on another day takes one place of a search's top k, so the other half
+of an answer finds room."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chatmem import LocalEmbedder, LongTermMemory, RankingConfig
+from chatmem.ranking import Repeats
+from chatmem.records import MemoryRecord
+from chatmem.retrieval import search
+from chatmem.stores import SQLiteStore
+
+REMARK = "Work has been so busy, I really need a holiday."
+JOB = "I started a new job as a nurse at the city hospital."
+SAID = [REMARK, REMARK, REMARK, "I moved to Lisbon last month.", JOB, "We watched a film."]
+
+
+def memory(text: str, speaker: str | None = "Ana") -> MemoryRecord:
+    context = {"speaker": speaker} if speaker else None
+    return MemoryRecord(user_id="ana", content={"raw": text}, context=context)
+
+
+def test_a_repeat_is_the_same_speaker_saying_the_same_words() -> None:
+    repeats = Repeats()
+    assert not repeats.seen(memory(REMARK))
+    # Case, punctuation and word order aside, the same words are a repeat...
+    assert repeats.seen(memory("work has been SO busy - I really need a holiday!"))
+    assert repeats.seen(memory("I really need a holiday, work has been so busy"))
+    # ...one word more or less is not, nor the same words said by someone else.
+    assert not repeats.seen(memory("Work has been so busy, I really need a long holiday."))
+    assert not repeats.seen(memory(REMARK, speaker="Assistant"))
+    assert not repeats.seen(memory(REMARK, speaker=None))
+    # A memory without words repeats nothing.
+    assert not repeats.seen(memory("👍")) and not repeats.seen(memory("👍"))
+
+
+@pytest.fixture
+def chat(tmp_path: Path, embedder: LocalEmbedder) -> Any:
+    def open_with(config: RankingConfig) -> LongTermMemory:
+        path = tmp_path / f"{config.repeats_last}.db"
+        long_term = LongTermMemory(SQLiteStore(path), embedder, ranking_config=config)
+        start = datetime(2024, 3, 1, tzinfo=UTC)
+        for n, text in enumerate(SAID):
+            said = int((start + timedelta(days=9 * n)).timestamp() * 1000)
+            message = {"role": "user", "name": "Ana", "content": text, "timestamp": said}
+            long_term.add([message], user_id="ana", session_id=f"s{n}")
+        return long_term
+
+    return open_with
+
+
+def asked(long_term: LongTermMemory, k: int) -> list[str]:
+    # Threshold 0: the job and the move share no word with the question, and the remark's
+    # word match would leave them under the default relevance cut.
+    found = search(long_term, "Where do I work now?", user_id="ana", k=k, threshold=0.0)
+    return [m.record.text for m in found]
+
+
+def test_the_same_remark_on_three_days_takes_one_place_of_the_top_k(chat: Any) -> None:
+    with chat(RankingConfig()) as long_term:
+        found = asked(long_term, 3)
+        assert found[0] == REMARK and found.count(REMARK) == 1
+        assert JOB in found
+        # With fewer others than k, a repeat still comes, after them.
+        found = asked(long_term, 5)
+        assert found.count(REMARK) == 2 and found[-1] == REMARK
+
+
+def test_repeats_last_off_keeps_the_ranking_as_fused(chat: Any) -> None:
+    with chat(RankingConfig(repeats_last=False)) as long_term:
+        assert asked(long_term, 3) == [REMARK, REMARK, REMARK]
