@@ -32,6 +32,7 @@ def test_a_repeat_is_the_same_speaker_saying_the_same_words() -> None:
     # Case, punctuation and word order aside, the same words are a repeat...
     assert repeats.seen(memory("work has been SO busy - I really need a holiday!"))
     assert repeats.seen(memory("I really need a holiday, work has been so busy"))
+    assert not repeats.seen(memory("It's fine.")) and repeats.seen(memory("it’s FINE"))
     # ...one word more or less is not, nor the same words said by someone else.
     assert not repeats.seen(memory("Work has been so busy, I really need a long holiday."))
     assert not repeats.seen(memory(REMARK, speaker="Assistant"))
