@@ -217,9 +217,10 @@ def test_folding_the_changes_into_the_arrays_keeps_every_score(pair: Pair) -> No
         pair.delete(user)
     before = {q: pair.scores(pair.cached, user, q) for q in QUESTIONS}
     key = user_key("t", user)
-    words, size = pair.cached._keyword_cache._users[key]
+    words = pair.cached._keyword_cache._users.get(key)
+    assert words is not None
     assert len(words.patch.rows) and words.stale.any()  # changes are pending in the patch
-    pair.cached._keyword_cache._users[key] = (keyword_cache._compacted(words), size)
+    pair.cached._keyword_cache.keep(key, keyword_cache._compacted(words))
     assert {q: pair.scores(pair.cached, user, q) for q in QUESTIONS} == before
 
 
@@ -267,4 +268,4 @@ def test_closing_while_postings_are_built_waits_for_the_builder(tmp_path: Path) 
     searching.start()
     searching.join()
     store.close()  # returns with the builder stopped; nothing reads the closed file
-    assert not store._keyword_cache._users
+    assert not len(store._keyword_cache._users)

@@ -11,14 +11,13 @@ when nothing else changed; otherwise the user's matrix is read again.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from chatmem.caches import LRUCache
 from chatmem.records import Vector
 
 #: (rowid, vector blob, memory id) of a user's rows, in rowid order.
@@ -82,9 +81,9 @@ class VectorCache:
 
     def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self.budget_bytes = budget_bytes
-        self._users: OrderedDict[str, UserVectors] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._users: LRUCache[str, UserVectors] = LRUCache(
+            budget_bytes, size=lambda key, vectors: vectors.nbytes
+        )
 
     def vectors(
         self,
@@ -96,10 +95,7 @@ class VectorCache:
         """The user's vectors at ``versions``; ``read(after_rowid)`` yields (rowid, blob, id)
         of the user's rows with a larger rowid, in rowid order, from the same snapshot."""
         appended, changed = versions
-        with self._lock:
-            cached = self._users.get(key)
-            if cached is not None:
-                self._users.move_to_end(key)
+        cached = self._users.get(key)
         if cached is not None and (cached.appended, cached.changed) == versions:
             return cached
         if cached is not None and cached.changed == changed and cached.appended < appended:
@@ -117,19 +113,7 @@ class VectorCache:
         return fresh
 
     def _keep(self, key: str, fresh: UserVectors) -> None:
-        with self._lock:
-            old = self._users.pop(key, None)
-            if old is not None:
-                self._bytes -= old.nbytes
-            if fresh.nbytes > self.budget_bytes:
-                return
-            self._users[key] = fresh
-            self._bytes += fresh.nbytes
-            while self._bytes > self.budget_bytes:
-                _, dropped = self._users.popitem(last=False)
-                self._bytes -= dropped.nbytes
+        self._users.put(key, fresh)
 
     def clear(self) -> None:
-        with self._lock:
-            self._users.clear()
-            self._bytes = 0
+        self._users.clear()

@@ -18,8 +18,6 @@ nothing.
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -27,6 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from chatmem.caches import LRUCache
 from chatmem.errors import StoreError
 from chatmem.records import Filter, to_ms, utcnow
 from chatmem.stores.sqlite.file import sqlite3
@@ -371,20 +370,16 @@ class FieldCache:
 
     def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self.budget_bytes = budget_bytes
-        self._users: OrderedDict[str, tuple[UserFields, int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._users: LRUCache[str, UserFields] = LRUCache(
+            budget_bytes, size=lambda key, fields: fields.nbytes
+        )
 
     def fields(
         self, conn: sqlite3.Connection, tenant: str, user: str, versions: Versions
     ) -> UserFields:
         """The user's fields at ``versions``, which ``conn``'s open snapshot must be at."""
         key = user_key(tenant, user)
-        with self._lock:
-            kept = self._users.get(key)
-            if kept is not None:
-                self._users.move_to_end(key)
-        cached = kept[0] if kept is not None else None
+        cached = self._users.get(key)
         if cached is not None and cached.versions == versions:
             return cached
         if cached is not None and _moved_on(cached.versions, versions):
@@ -395,23 +390,10 @@ class FieldCache:
         return fresh
 
     def _keep(self, key: str, fresh: UserFields) -> None:
-        size = fresh.nbytes
-        with self._lock:
-            old = self._users.pop(key, None)
-            if old is not None:
-                self._bytes -= old[1]
-            if size > self.budget_bytes:
-                return
-            self._users[key] = (fresh, size)
-            self._bytes += size
-            while self._bytes > self.budget_bytes:
-                _, (_, dropped) = self._users.popitem(last=False)
-                self._bytes -= dropped
+        self._users.put(key, fresh)
 
     def clear(self) -> None:
-        with self._lock:
-            self._users.clear()
-            self._bytes = 0
+        self._users.clear()
 
 
 def _moved_on(cached: Versions, versions: Versions) -> bool:

@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chatmem import text as textlib
+from chatmem.caches import LRUCache
 from chatmem.stores.sqlite.field_cache import Versions
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.schema import FTS_COLUMNS, FTS_WEIGHTS, TOKENIZER, user_key
@@ -394,6 +395,10 @@ def read_texts(
     return rows
 
 
+def _nbytes(key: str, words: UserWords) -> int:
+    return words.nbytes
+
+
 def _lower_priority() -> None:
     """Builds yield the CPU to searches: the builder thread runs at nice 10 where the
     system lets a thread set its own (Linux)."""
@@ -409,8 +414,7 @@ class KeywordCache:
         self.budget_bytes = budget_bytes
         self.min_rows = min_rows
         self.tokenizer = Tokenizer()
-        self._users: OrderedDict[str, tuple[UserWords, int]] = OrderedDict()
-        self._bytes = 0
+        self._users: LRUCache[str, UserWords] = LRUCache(budget_bytes, size=_nbytes)
         self._lock = threading.Lock()
         self._update = threading.Lock()
         self._building: set[str] = set()
@@ -444,15 +448,11 @@ class KeywordCache:
         has under ``min_rows`` memories, is being built, or this snapshot is older than the
         entry."""
         key = user_key(tenant, user)
-        with self._lock:
-            kept = self._users.get(key)
-            if kept is not None:
-                self._users.move_to_end(key)
-        if kept is None:
+        cached = self._users.get(key)
+        if cached is None:
             if self._big(conn, key, tenant, user, versions[0]):
                 self._start(key, build)
             return None
-        cached = kept[0]
         if cached.versions == versions:
             return cached
         if not all(now >= then for now, then in zip(versions, cached.versions, strict=True)):
@@ -504,18 +504,7 @@ class KeywordCache:
         builder.submit(run)
 
     def keep(self, key: str, fresh: UserWords) -> None:
-        size = fresh.nbytes
-        with self._lock:
-            old = self._users.pop(key, None)
-            if old is not None:
-                self._bytes -= old[1]
-            if size > self.budget_bytes:
-                return
-            self._users[key] = (fresh, size)
-            self._bytes += size
-            while self._bytes > self.budget_bytes:
-                _, (_, dropped) = self._users.popitem(last=False)
-                self._bytes -= dropped
+        self._users.put(key, fresh)
 
     def wait(self) -> None:
         """Until every build started so far is done (tests, benchmarks, close)."""
@@ -529,9 +518,7 @@ class KeywordCache:
             builder, self._builder = self._builder, None
         if builder is not None:
             builder.shutdown(wait=True, cancel_futures=True)
-        with self._lock:
-            self._users.clear()
-            self._bytes = 0
+        self._users.clear()
 
 
 __all__ = [
