@@ -89,16 +89,21 @@ def search(
         found = [r for r in found if superseded_at(r.record, moment) is None]
     ranked = rank(found, threshold=threshold, weights=weights, now=moment)
     if long_term.ranking.repeats_last:
-        ranked = _repeats_last(ranked)
+        ranked = _repeats_last(ranked, k)
     return mark_updated(ranked[:k], moment)
 
 
-def _repeats_last(ranked: list[RetrievedMemory]) -> list[RetrievedMemory]:
-    """``ranked`` with every repeat of one above it after the others (``Repeats``)."""
+def _repeats_last(ranked: list[RetrievedMemory], k: int) -> list[RetrievedMemory]:
+    """``ranked`` with its first ``k`` that repeat none above them (``Repeats``) first, then
+    the repeats passed on the way; what follows is not read."""
     repeats = Repeats()
-    seen = [repeats.seen(m.record) for m in ranked]
-    kept = [m for m, repeat in zip(ranked, seen, strict=True) if not repeat]
-    return kept + [m for m, repeat in zip(ranked, seen, strict=True) if repeat]
+    kept: list[RetrievedMemory] = []
+    aside: list[RetrievedMemory] = []
+    for n, memory in enumerate(ranked):
+        if len(kept) == k:
+            return kept + aside + ranked[n:]
+        (aside if repeats.seen(memory.record) else kept).append(memory)
+    return kept + aside
 
 
 def check_search(k: int, threshold: float) -> None:
