@@ -76,3 +76,20 @@ def test_the_same_remark_on_three_days_takes_one_place_of_the_top_k(chat: Any) -
 def test_repeats_last_off_keeps_the_ranking_as_fused(chat: Any) -> None:
     with chat(RankingConfig(repeats_last=False)) as long_term:
         assert asked(long_term, 3) == [REMARK, REMARK, REMARK]
+
+
+def test_the_library_search_sets_repeats_after_the_others_too(chat: Any) -> None:
+    """LongTermMemory.search, as the benchmarks and library users call it, ranks as
+    retrieval.search does."""
+    with chat(RankingConfig()) as long_term:
+        found = [
+            m.record.text
+            for m in long_term.search("Where do I work now?", user_id="ana", k=3, threshold=0.0)
+        ]
+        assert found[0] == REMARK and found.count(REMARK) == 1 and JOB in found
+    with chat(RankingConfig(repeats_last=False)) as long_term:
+        found = [
+            m.record.text
+            for m in long_term.search("Where do I work now?", user_id="ana", k=3, threshold=0.0)
+        ]
+        assert found == [REMARK, REMARK, REMARK]

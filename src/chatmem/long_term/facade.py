@@ -243,7 +243,9 @@ class LongTermMemory:
         include_superseded: bool = False,
     ) -> list[SearchResult]:
         """Hybrid search of one user's memories: the best ``k`` with a fused score of at
-        least ``threshold`` (see ``chatmem.ranking`` for the score).
+        least ``threshold`` (see ``chatmem.ranking`` for the score); a memory whose speaker
+        said the same words in one ranked above it only where too few others pass
+        (``RankingConfig.repeats_last``).
 
         Facts that were superseded (``valid_to`` in the past) are left out unless
         ``include_superseded`` is set or the filter asks for a moment (``valid_at``, or
@@ -269,24 +271,29 @@ class LongTermMemory:
         ranked = ranking.select(ranking.fuse(candidates, self.ranking), len(candidates), threshold)
         now = utcnow()
         results: list[SearchResult] = []
+        repeated: list[SearchResult] = []
+        repeats = ranking.Repeats() if self.ranking.repeats_last else None
         start = 0
         # Read only the records returned: k of them, and more only for those a superseded
-        # fact (rare) or a concurrent delete left out.
+        # fact (rare), a concurrent delete or a repeat of one above them left out.
         while len(results) < k and start < len(ranked):
             batch = ranked[start : start + k - len(results)]
             start += len(batch)
             records = {r.id: r for r in self.store.get([s.id for s in batch], scope)}
-            results += [
-                SearchResult(
-                    record=records[s.id],
+            for s in batch:
+                record = records.get(s.id)
+                if record is None or (current_only and _superseded(record, now)):
+                    continue
+                found = SearchResult(
+                    record=record,
                     score=s.score,
                     vector_score=s.vector_score,
                     keyword_score=s.keyword_score,
                 )
-                for s in batch
-                if s.id in records and not (current_only and _superseded(records[s.id], now))
-            ]
-        return results
+                repeat = repeats is not None and repeats.seen(record)
+                (repeated if repeat else results).append(found)
+        # Repeats only where too few others passed.
+        return results + repeated[: k - len(results)]
 
     def get(
         self,
