@@ -269,13 +269,20 @@ class LongTermMemory:
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
         ranked = ranking.select(ranking.fuse(candidates, self.ranking), len(candidates), threshold)
+        return self._read(ranked, scope, k, current_only)
+
+    def _read(
+        self, ranked: list[ranking.Scored], scope: Filter, k: int, current_only: bool
+    ) -> list[SearchResult]:
+        """The first ``k`` of ``ranked`` as results. Only the records returned are read: k of
+        them, and more only for those a superseded fact (rare), a concurrent delete or a
+        repeat of one above them (``RankingConfig.repeats_last``) left out; repeats come
+        last, and only where too few others passed."""
         now = utcnow()
         results: list[SearchResult] = []
         repeated: list[SearchResult] = []
         repeats = ranking.Repeats() if self.ranking.repeats_last else None
         start = 0
-        # Read only the records returned: k of them, and more only for those a superseded
-        # fact (rare), a concurrent delete or a repeat of one above them left out.
         while len(results) < k and start < len(ranked):
             batch = ranked[start : start + k - len(results)]
             start += len(batch)
@@ -292,7 +299,6 @@ class LongTermMemory:
                 )
                 repeat = repeats is not None and repeats.seen(record)
                 (repeated if repeat else results).append(found)
-        # Repeats only where too few others passed.
         return results + repeated[: k - len(results)]
 
     def get(

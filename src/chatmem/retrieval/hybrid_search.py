@@ -61,17 +61,7 @@ def search(
     """
     check_search(k, threshold)
     moment = now or utcnow()
-    narrow = Filter.checked(
-        {
-            "types": frozenset(types) if types is not None else None,
-            "project_id": project_id,
-            "session_id": session_id,
-            "created_after": since,
-            "created_before": until,
-            "reader_roles": frozenset(roles) if roles is not None else None,
-        },
-        "filter",
-    )
+    narrow = _narrowing(types, project_id, session_id, since, until, roles)
     found = long_term.search(
         query.text if isinstance(query, Query) else query,
         user_id=user_id,
@@ -91,6 +81,28 @@ def search(
     if long_term.ranking.repeats_last:
         ranked = _repeats_last(ranked, k)
     return mark_updated(ranked[:k], moment)
+
+
+def _narrowing(
+    types: Collection[MemoryType] | None,
+    project_id: str | None,
+    session_id: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    roles: Collection[str] | None,
+) -> Filter:
+    """The filter of ``search``'s narrowing arguments."""
+    return Filter.checked(
+        {
+            "types": frozenset(types) if types is not None else None,
+            "project_id": project_id,
+            "session_id": session_id,
+            "created_after": since,
+            "created_before": until,
+            "reader_roles": frozenset(roles) if roles is not None else None,
+        },
+        "filter",
+    )
 
 
 def _repeats_last(ranked: list[RetrievedMemory], k: int) -> list[RetrievedMemory]:
