@@ -93,3 +93,17 @@ def test_the_library_search_sets_repeats_after_the_others_too(chat: Any) -> None
             for m in long_term.search("Where do I work now?", user_id="ana", k=3, threshold=0.0)
         ]
         assert found == [REMARK, REMARK, REMARK]
+
+
+def test_a_long_memory_is_never_a_repeat() -> None:
+    """Reading the words of long memories cost a k = 50 search 3.9 ms; repeats are remarks."""
+    from chatmem.ranking import REPEAT_CHARS, Repeats
+    from chatmem.records import MemoryRecord
+
+    repeats = Repeats()
+    long_text = "word " * (REPEAT_CHARS // 5 + 1)
+    short = "Haha, that's awesome!"
+    for text, again in ((long_text, False), (short, True)):
+        first = MemoryRecord(user_id="u", content={"raw": text})
+        assert not repeats.seen(first)
+        assert repeats.seen(MemoryRecord(user_id="u", content={"raw": text})) is again
