@@ -406,6 +406,20 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
+_shared: tuple[int, Tokenizer] | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_tokenizer() -> Tokenizer:
+    """The process's one ``Tokenizer`` (one in-memory SQLite connection and one chunk cache
+    for every store; a child process after a fork makes its own)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared[0] != os.getpid():
+            _shared = (os.getpid(), Tokenizer())
+        return _shared[1]
+
+
 class KeywordCache:
     """User key -> ``UserWords`` for users of at least ``min_rows`` memories, least
     recently used dropped past ``budget_bytes``; built in one background thread."""
@@ -413,7 +427,6 @@ class KeywordCache:
     def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES, min_rows: int = MIN_ROWS) -> None:
         self.budget_bytes = budget_bytes
         self.min_rows = min_rows
-        self.tokenizer = Tokenizer()
         self._users: LRUCache[str, UserWords] = LRUCache(budget_bytes, size=_nbytes)
         self._lock = threading.Lock()
         self._update = threading.Lock()
@@ -421,6 +434,10 @@ class KeywordCache:
         #: User key -> (``appended`` when counted, row count) of users found small.
         self._small: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._builder: ThreadPoolExecutor | None = None
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return shared_tokenizer()
 
     def terms(self, text: str) -> list[str] | None:
         """The question's words as FTS5 reads them (``keyword_half``'s phrases, in order),

@@ -266,18 +266,12 @@ class SQLiteStore(MemoryStore):
         (``keyword_cache``), else from FTS5."""
         assert query.text is not None
         tenant = query.filter.tenant_id
-        terms = self._keyword_cache.terms(query.text)
-        words = None
-        if terms is not None:
-            table = fts_table(user_token(tenant, user))
-            words = self._keyword_cache.words(
-                conn,
-                tenant,
-                user,
-                versions,
-                table,
-                lambda: self._build_words(tenant, user, table),
-            )
+        table = fts_table(user_token(tenant, user))
+        words = self._keyword_cache.words(
+            conn, tenant, user, versions, table, lambda: self._build_words(tenant, user, table)
+        )
+        # Small users never reach the tokenizer: their words are FTS5's alone.
+        terms = None if words is None else self._keyword_cache.terms(query.text)
         if words is None or terms is None:
             return halves.keyword_half(conn, query, user, allowed)
         return halves.cached_keyword_half(words, terms, query, allowed)
