@@ -269,3 +269,16 @@ def test_closing_while_postings_are_built_waits_for_the_builder(tmp_path: Path) 
     searching.join()
     store.close()  # returns with the builder stopped; nothing reads the closed file
     assert not len(store._keyword_cache._users)
+
+
+def test_the_tokenizer_keeps_what_it_is_asked_when_its_cache_starts_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past CHUNKS_KEPT the chunk cache starts again; the chunks asked for that it knew
+    must still be in the mapping it returns (the postings of a row read every one)."""
+    monkeypatch.setattr(keyword_cache, "CHUNKS_KEPT", 3)
+    tokenizer = keyword_cache.Tokenizer()
+    tokenizer.learn(["hiking", "Zürich"])
+    known = tokenizer.learn(["hiking", "Zürich", "don't", "café"])
+    assert known["hiking"] == ("hike",) and known["Zürich"] == ("zurich",)
+    assert known["don't"] == ("don", "t") and known["café"] == ("cafe",)

@@ -30,11 +30,10 @@ import math
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cached_property
-from itertools import chain
 
 import numpy as np
 import numpy.typing as npt
@@ -75,9 +74,10 @@ class Tokenizer:
         self._known: dict[str, tuple[str, ...]] = {}
         self._lock = threading.Lock()
 
-    def learn(self, chunks: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    def learn(self, chunks: Collection[str]) -> dict[str, tuple[str, ...]]:
         """The tokens of every chunk in ``chunks`` (no whitespace in any), as one mapping
-        that also holds every chunk seen before."""
+        that also holds chunks seen before (past ``CHUNKS_KEPT`` it starts again from
+        ``chunks``)."""
         known = self._known
         missing = {chunk for chunk in chunks if chunk not in known}
         if not missing:
@@ -94,15 +94,10 @@ class Tokenizer:
                 found[ordered[doc - 1]].append(term)
             self._conn.execute("DELETE FROM chunk")
             if len(known) + len(found) > CHUNKS_KEPT:
-                known = {}
+                known = {chunk: known[chunk] for chunk in chunks if chunk in known}
             known.update((chunk, tuple(tokens)) for chunk, tokens in found.items())
             self._known = known
         return known
-
-    def tokens(self, text: str) -> tuple[str, ...]:
-        chunks = text.split()
-        known = self.learn(chunks)
-        return tuple(chain.from_iterable(known[chunk] for chunk in chunks))
 
 
 def _postings(
