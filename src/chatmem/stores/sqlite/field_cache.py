@@ -11,8 +11,8 @@ An entry is exact for the ``user_versions`` it was read at, and every write tran
 bumps them: ``appended`` for inserts, ``edited`` for updates (each updated row keeps the
 count in its ``edited`` column), ``changed`` for a vector altered or a row deleted. A later
 search reads only what moved since: the new rows, the rows updated, and, after a delete,
-which rowids are left (from an index). ``touch`` writes no field a filter tests, and bumps
-nothing.
+the rows removed (``writes.still_there``: the removal log). ``touch`` writes no field a
+filter tests, and bumps nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from chatmem.errors import StoreError
 from chatmem.records import Filter, to_ms, utcnow
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.schema import RESTRICTED, ROLES_PATH, user_key
+from chatmem.stores.sqlite.writes import still_there
 
 #: (appended, changed, edited) of one user's ``user_versions`` row.
 Versions = tuple[int, int, int]
@@ -61,8 +62,6 @@ _EXPIRING = (
     "SELECT rowid, expires_at FROM memories"
     " WHERE tenant_id = ? AND user_id = ? AND expires_at IS NOT NULL"
 )
-#: Which of the user's rows are there (from an index: no row is read).
-_PRESENT = "SELECT rowid FROM memories WHERE tenant_id = ? AND user_id = ?"
 _ROWS = f"SELECT rowid, {', '.join(_INDEXED)}, expires_at FROM memories AS m"
 #: The user's rows after a rowid (found in an index of the user's rows; only those read).
 _APPENDED = _ROWS + " WHERE m.tenant_id = ? AND m.user_id = ? AND m.rowid > ?"
@@ -268,9 +267,8 @@ class UserFields:
         return replace(fresh, versions=versions, lazy=dict(fresh.lazy))
 
     def _pruned(self, conn: sqlite3.Connection) -> UserFields:
-        rows = conn.execute(_PRESENT, (self.tenant, self.user)).fetchall()
-        present = np.fromiter((rowid for (rowid,) in rows), np.int64, len(rows))
-        kept = np.flatnonzero(np.isin(self.rowids, present))
+        there = still_there(conn, self.tenant, self.user, self.versions[1], self.rowids)
+        kept = np.flatnonzero(there)
         if len(kept) == len(self.rowids):
             return self
         return UserFields(

@@ -43,6 +43,7 @@ from chatmem.caches import LRUCache
 from chatmem.stores.sqlite.field_cache import Versions
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.schema import FTS_COLUMNS, FTS_WEIGHTS, TOKENIZER, user_key
+from chatmem.stores.sqlite.writes import still_there
 
 #: Users with fewer memories are served by FTS5 alone: their matches are few and cheap.
 MIN_ROWS = 2_000
@@ -300,12 +301,8 @@ class UserWords:
         return fresh
 
     def _pruned(self, conn: sqlite3.Connection) -> UserWords:
-        rows = conn.execute(
-            "SELECT rowid FROM memories WHERE tenant_id = ? AND user_id = ?",
-            (self.tenant, self.user),
-        ).fetchall()
-        present = np.fromiter((rowid for (rowid,) in rows), np.int64, len(rows))
-        return replace(self, alive=self.alive & np.isin(self.rowids, present))
+        there = still_there(conn, self.tenant, self.user, self.versions[1], self.rowids)
+        return replace(self, alive=self.alive & there)
 
     def _appended(self, texts: Sequence[TextRow], tokenizer: Tokenizer) -> UserWords:
         if not texts:

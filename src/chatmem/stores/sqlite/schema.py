@@ -130,6 +130,21 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX memories_edited ON memories (tenant_id, user_id, edited)
         WHERE edited IS NOT NULL;
     """,
+    # Each deleted row is logged with its user's ``changed`` count, so a cache drops the
+    # rows removed since it last looked instead of reading which rows are left (issue 14).
+    # The log is complete after ``removals_from``; older entries are trimmed by ``remove``.
+    # A file migrated here starts its log now.
+    """
+    CREATE TABLE memory_removals (
+        tenant_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        changed INTEGER NOT NULL,
+        removed INTEGER NOT NULL,
+        PRIMARY KEY (tenant_id, user_id, changed, removed)
+    ) WITHOUT ROWID;
+    ALTER TABLE user_versions ADD COLUMN removals_from INTEGER NOT NULL DEFAULT 0;
+    UPDATE user_versions SET removals_from = changed;
+    """,
 )
 #: user_metadata keys with an index (migration 3); a filter on one of them is written with
 #: the index's own expression, so SQLite can use it.

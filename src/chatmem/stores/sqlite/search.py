@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from chatmem import text as textlib
 from chatmem.records import Vector
 from chatmem.stores.base import SearchQuery
+from chatmem.stores.sqlite import writes
 from chatmem.stores.sqlite.field_cache import Versions
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.filters import Admitted
@@ -28,6 +30,37 @@ def user_versions(conn: sqlite3.Connection, tenant: str, user: str) -> Versions:
     return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
 
+_VECTORS = (
+    "SELECT v.rowid, v.embedding, m.id FROM memories AS m JOIN memory_vectors AS v"
+    " ON v.rowid = m.rowid WHERE m.tenant_id = ? AND m.user_id = ?"
+)
+
+
+class _UserRows:
+    """One user's rows as the vector cache reads them (``vector_cache.UserRows``)."""
+
+    def __init__(self, conn: sqlite3.Connection, tenant: str, user: str) -> None:
+        self._conn, self._user = conn, (tenant, user)
+
+    def after(self, rowid: int) -> list[tuple[int, bytes, str]]:
+        sql = _VECTORS + " AND m.rowid > ? ORDER BY m.rowid"
+        rows: list[tuple[int, bytes, str]] = self._conn.execute(
+            sql, (*self._user, rowid)
+        ).fetchall()
+        return rows
+
+    def still_there(self, rowids: npt.NDArray[np.int64], changed: int) -> npt.NDArray[np.bool_]:
+        return writes.still_there(self._conn, *self._user, changed, rowids)
+
+    def edited_since(self, edited: int) -> list[tuple[int, bytes, str]]:
+        # From the partial index memories_edited: only the rows updated since are read.
+        sql = _VECTORS + " AND m.edited > ?"
+        rows: list[tuple[int, bytes, str]] = self._conn.execute(
+            sql, (*self._user, edited)
+        ).fetchall()
+        return rows
+
+
 def vector_half(
     conn: sqlite3.Connection,
     cache: VectorCache,
@@ -42,16 +75,8 @@ def vector_half(
     ``also``; and the user's vectors they were read from."""
     tenant, user = query.filter.tenant_id, query.filter.require_user()
 
-    def read(after: int) -> list[tuple[int, bytes, str]]:
-        rows: list[tuple[int, bytes, str]] = conn.execute(
-            "SELECT v.rowid, v.embedding, m.id FROM memories AS m JOIN memory_vectors AS v"
-            " ON v.rowid = m.rowid WHERE m.tenant_id = ? AND m.user_id = ? AND m.rowid > ?"
-            " ORDER BY m.rowid",
-            (tenant, user, after),
-        ).fetchall()
-        return rows
-
-    vectors = cache.vectors(user_key(tenant, user), versions[:2], dimension, read)
+    rows = _UserRows(conn, tenant, user)
+    vectors = cache.vectors(user_key(tenant, user), versions, dimension, rows)
     scores = vectors.scores(vector)
     pool = admitted.positions(vectors.rowids)
     if len(pool) > query.candidates:

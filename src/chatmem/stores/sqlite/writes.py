@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from chatmem import text as textlib
 from chatmem.errors import ConflictError, NotFoundError, ValidationError
@@ -144,15 +145,85 @@ def apply_change(conn: sqlite3.Connection, change: Change) -> None:
     _add_history(conn, new, HistoryEvent.UPDATE, old_body, body, change.reason)
 
 
+#: Removals kept in a user's log (``memory_removals``) at least; twice as many at most.
+REMOVALS_KEPT = 2000
+
+
 def remove(conn: sqlite3.Connection, rows: Sequence[tuple[int, str]], reason: str | None) -> None:
-    """Delete the ``(rowid, body)`` rows with their vectors and keyword rows."""
+    """Delete the ``(rowid, body)`` rows with their vectors and keyword rows, each logged
+    in ``memory_removals`` at its user's new ``changed`` count."""
     for rowid, body in rows:
         gone = record_of(body)
         conn.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
         for table in ("memory_vectors", fts_of(gone)):
             conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
-        _bump(conn, gone, "changed")
+        _log_removal(conn, gone, rowid)
         _add_history(conn, gone, HistoryEvent.DELETE, body, None, reason)
 
 
-__all__ = ["apply_change", "blob", "insert", "remove"]
+def _log_removal(conn: sqlite3.Connection, gone: MemoryRecord, rowid: int) -> None:
+    """Bump the user's ``changed``, log the row at it, and trim the log past twice
+    ``REMOVALS_KEPT`` (the log is then complete after ``removals_from`` only)."""
+    owner = (gone.tenant_id, gone.user_id)
+    changed, start = conn.execute(
+        "INSERT INTO user_versions (tenant_id, user_id, changed) VALUES (?, ?, 1)"
+        " ON CONFLICT (tenant_id, user_id) DO UPDATE SET changed = changed + 1"
+        " RETURNING changed, removals_from",
+        owner,
+    ).fetchone()
+    conn.execute("INSERT INTO memory_removals VALUES (?, ?, ?, ?)", (*owner, changed, rowid))
+    if changed - start > 2 * REMOVALS_KEPT:
+        start = changed - REMOVALS_KEPT
+        conn.execute(
+            "DELETE FROM memory_removals WHERE tenant_id = ? AND user_id = ? AND changed <= ?",
+            (*owner, start),
+        )
+        conn.execute(
+            "UPDATE user_versions SET removals_from = ? WHERE tenant_id = ? AND user_id = ?",
+            (start, *owner),
+        )
+
+
+def removed_since(
+    conn: sqlite3.Connection, tenant: str, user: str, changed: int
+) -> list[int] | None:
+    """The rowids of the user's rows deleted after the ``changed`` count, in ``conn``'s
+    snapshot; None when the log no longer reaches back that far."""
+    row = conn.execute(
+        "SELECT removals_from FROM user_versions WHERE tenant_id = ? AND user_id = ?",
+        (tenant, user),
+    ).fetchone()
+    if row is None or changed < row[0]:
+        return None
+    found = conn.execute(
+        "SELECT removed FROM memory_removals WHERE tenant_id = ? AND user_id = ? AND changed > ?",
+        (tenant, user, changed),
+    ).fetchall()
+    return [rowid for (rowid,) in found]
+
+
+def still_there(
+    conn: sqlite3.Connection, tenant: str, user: str, changed: int, rowids: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """Which of ``rowids``, the user's rows at the ``changed`` count, are still there in
+    ``conn``'s snapshot: from the removal log, or where it no longer reaches back that far,
+    from the rowids the user has now (an index: no row is read)."""
+    gone = removed_since(conn, tenant, user, changed)
+    if gone is not None:
+        return ~np.isin(rowids, np.array(gone, dtype=np.int64))
+    found = conn.execute(
+        "SELECT rowid FROM memories WHERE tenant_id = ? AND user_id = ?", (tenant, user)
+    ).fetchall()
+    present = np.fromiter((rowid for (rowid,) in found), np.int64, len(found))
+    return np.isin(rowids, present, assume_unique=True)
+
+
+__all__ = [
+    "REMOVALS_KEPT",
+    "apply_change",
+    "blob",
+    "insert",
+    "remove",
+    "removed_since",
+    "still_there",
+]
