@@ -8,6 +8,7 @@ that says which extra to install when the SDK is missing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -38,7 +39,22 @@ from chatmem.errors import ChatmemError, ConflictError, NotFoundError, StoreErro
 
 class MemoryServer(MCPServer[Any]):
     """``MCPServer`` with chatmem's error boundary: chatmem's errors and argument
-    validation become tool errors that name the argument; a crash stays a crash."""
+    validation become tool errors that name the argument; a crash stays a crash.
+
+    The SDK's constructor configures the root logger (a rich handler at INFO, when the
+    application has none): a library must leave that to the application, so it is put
+    back as it was. Left in place, every INFO record of every library (httpx logs each
+    upstream request) went through rich's renderer: 13 % of the service's CPU under 16
+    concurrent clients, where the service was built by ``create_app`` (issue 14)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
