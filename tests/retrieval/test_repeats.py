@@ -107,3 +107,32 @@ def test_a_long_memory_is_never_a_repeat() -> None:
         first = MemoryRecord(user_id="u", content={"raw": text})
         assert not repeats.seen(first)
         assert repeats.seen(MemoryRecord(user_id="u", content={"raw": text})) is again
+
+
+def test_a_search_reads_at_most_twice_k_records_to_set_repeats_aside(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    """Forty copies of one remark above two other memories: a k = 3 search reads 2k records,
+    not all forty, and fills its places with the repeats it passed, after the others."""
+    from chatmem.long_term.facade import REPEATS_READ
+
+    store = SQLiteStore(tmp_path / "copies.db")
+    read: list[int] = []
+    get = store.get
+
+    def counted(ids: Any, scope: Any) -> list[MemoryRecord]:
+        read.append(len(ids))
+        return get(ids, scope)
+
+    store.get = counted  # type: ignore[method-assign]
+    with LongTermMemory(store, embedder) as long_term:
+        texts = [REMARK] * 40 + ["I moved to Lisbon last month.", "We watched a film."]
+        start = datetime(2024, 3, 1, tzinfo=UTC)
+        for n, text in enumerate(texts):
+            said = int((start + timedelta(hours=n)).timestamp() * 1000)
+            message = {"role": "user", "name": "Ana", "content": text, "timestamp": said}
+            long_term.add([message], user_id="ana", session_id=f"s{n}")
+        read.clear()
+        found = long_term.search("I really need a holiday", user_id="ana", k=3, threshold=0.0)
+        assert sum(read) <= REPEATS_READ * 3
+        assert [m.record.text for m in found] == [REMARK, REMARK, REMARK]

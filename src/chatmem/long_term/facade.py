@@ -43,6 +43,9 @@ from chatmem.stores.base import Change, SearchQuery, Usage
 
 #: How many messages before and after a message give it its context.
 DEFAULT_CONTEXT_WINDOW = 1
+#: A search reads at most this many times k records to find k that repeat none above
+#: them (``LongTermMemory._read``); then repeats fill the places left.
+REPEATS_READ = 2
 #: Threads that embed search queries while stores read (searches of several threads at once).
 EMBEDDING_THREADS = 4
 
@@ -277,14 +280,22 @@ class LongTermMemory:
         """The first ``k`` of ``ranked`` as results. Only the records returned are read: k of
         them, and more only for those a superseded fact (rare), a concurrent delete or a
         repeat of one above them (``RankingConfig.repeats_last``) left out; repeats come
-        last, and only where too few others passed."""
+        last, and only where too few others passed. Past ``REPEATS_READ`` times k records
+        read, repeats fill the places left: a user holding the same remark many times made
+        a search read and parse 10 times the records it returned (issue 14)."""
         now = utcnow()
         results: list[SearchResult] = []
         repeated: list[SearchResult] = []
         repeats = ranking.Repeats() if self.ranking.repeats_last else None
         start = 0
         while len(results) < k and start < len(ranked):
-            batch = ranked[start : start + k - len(results)]
+            if repeats is not None and start >= REPEATS_READ * k:
+                # Read enough: the repeats passed fill the places left, after the others.
+                results += repeated[: k - len(results)]
+                repeated, repeats = [], None
+                continue
+            end = start + k - len(results)
+            batch = ranked[start : end if repeats is None else min(end, REPEATS_READ * k)]
             start += len(batch)
             records = {r.id: r for r in self.store.get([s.id for s in batch], scope)}
             for s in batch:
