@@ -133,8 +133,8 @@ def test_the_sweep_deletes_what_decayed_and_says_why(memory: LongTermMemory) -> 
     assert ids(memory, user_id="anna") == {fresh.id, used.id}
     last = memory.history(stale.id, user_id="anna")[-1]
     assert last.event is HistoryEvent.DELETE
-    expected = score_of(stale, NOW)
-    assert last.reason == f"decay: score {expected:.3f} under the threshold 0.2"
+    expected = math.floor(score_of(stale, NOW) * 100) / 100
+    assert last.reason == f"decay: score {expected:.2f} under the threshold 0.2"
 
 
 def test_the_sweep_stores_scores_that_moved(memory: LongTermMemory) -> None:

@@ -20,11 +20,13 @@ client can pin through the metadata or through tags).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from chatmem.errors import ValidationError
+from chatmem.foreground import FOREGROUND
 from chatmem.long_term.facade import LongTermMemory
 from chatmem.ranking import DEFAULT_ACCESS_HALF_LIFE_S, DEFAULT_HALF_LIFE_S, decay_score
 from chatmem.records import Filter, MemoryRecord, utcnow
@@ -114,6 +116,7 @@ def sweep_decay(
     expired = long_term.store.delete(scope.model_copy(update={"expired": True}), EXPIRED_REASON)
     totals = SweepReport(expired=len(expired))
     for page in _pages(long_term.store, scope, page_size):
+        FOREGROUND.pause()  # searches in flight go first (``chatmem.foreground``)
         totals = _add(totals, _sweep_page(long_term.store, scope, page, rules))
     logger.info(
         "decay sweep of tenant %s%s: %d expired, %d scanned, %d rescored, %d deleted, %d pinned",
@@ -137,9 +140,18 @@ def _sweep_page(
     pinned = [r for r in page if is_pinned(r)]
     scores = {r.id: score_of(r, rules.now, rules.half_lives) for r in page if not is_pinned(r)}
     doomed = [r for r in page if r.id in scores and scores[r.id] < rules.threshold]
+    # One delete per user and reason: the score to two decimals, rounded down, so a page's
+    # deletions take a few transactions, not one each (each makes every search cache of
+    # the user catch up, issue 14).
+    groups: dict[tuple[str, str], list[str]] = {}
     for record in doomed:
-        reason = f"decay: score {scores[record.id]:.3f} under the threshold {rules.threshold}"
-        store.delete(_one(scope, record), reason)
+        score = math.floor(scores[record.id] * 100) / 100
+        reason = f"decay: score {score:.2f} under the threshold {rules.threshold}"
+        groups.setdefault((record.user_id, reason), []).append(record.id)
+    for (user_id, reason), ids in groups.items():
+        FOREGROUND.pause()
+        store.delete(scope.model_copy(update={"user_id": user_id, "ids": tuple(ids)}), reason)
+    FOREGROUND.pause()
     moved = [
         (r, scores[r.id])
         for r in page
@@ -195,6 +207,7 @@ def enforce_quota(
     candidates.sort(key=lambda item: (item[0], item[1]))
     deleted = []
     for score, _, record in candidates[:excess]:
+        FOREGROUND.pause()
         reason = f"quota: over {limit} memories; decay score {score:.3f} was among the lowest"
         deleted.extend(long_term.store.delete(_one(scope, record), reason))
     logger.info("quota: deleted %d memories of user %s (limit %d)", len(deleted), user_id, limit)

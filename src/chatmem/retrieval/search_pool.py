@@ -22,6 +22,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 from chatmem.errors import EmbeddingError, StoreError
+from chatmem.foreground import FOREGROUND
 
 logger = logging.getLogger("chatmem.retrieval")
 
@@ -76,6 +77,10 @@ class SearchPool:
                 "Memory: %d searches waiting per thread, going on without memory", QUEUE_DEPTH
             )
             return "busy"
+        with FOREGROUND.unit():  # background jobs give way meanwhile (``foreground``)
+            return self._run(work, budget_ms, queue_ms)
+
+    def _run(self, work: Callable[[], T], budget_ms: float, queue_ms: float) -> T | str:
         started = _Start()
         future = self._pool.submit(started.running, work)
         future.add_done_callback(self._search_ended)
