@@ -841,3 +841,20 @@ def test_an_answer_built_on_restricted_memories_is_never_extracted(
     assert "salary review?" in sent  # the user's own turn is extracted as ever
     assert "3% raise" not in sent
     assert len(server.chat_requests) == 1  # a batch of restricted answers only asks nothing
+
+
+def test_the_worker_gives_way_to_searches_in_flight(
+    store_path: Path, embedder: LocalEmbedder
+) -> None:
+    from chatmem.foreground import FOREGROUND
+
+    with (
+        SQLiteOutbox(store_path) as outbox,
+        LongTermMemory(SQLiteStore(store_path), embedder) as lt,
+        FOREGROUND.unit(),  # a search runs all along
+    ):
+        outbox.enqueue(ANNA, said("My name is Anna.", "I live in Berlin."))
+        waited = FOREGROUND.waited
+        assert Worker(outbox, lt, OfflineExtractor()).drain() == 1  # slower, still done
+        assert FOREGROUND.waited > waited
+        assert lt.count(Filter(user_id="anna")) == 2

@@ -103,7 +103,7 @@ def sweep_decay(
     now: datetime | None = None,
     half_lives: HalfLives = HalfLives(),
     min_change: float = DEFAULT_MIN_CHANGE,
-    page_size: int = 500,
+    page_size: int = 100,
 ) -> SweepReport:
     """Rescore every memory of a tenant (or of one user) and delete those under
     ``threshold``; pinned memories are left alone. Safe to run while others write: a

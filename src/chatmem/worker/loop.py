@@ -16,6 +16,7 @@ from typing import Self
 
 from chatmem.errors import ChatmemError, LLMError, ValidationError
 from chatmem.extraction.base import Extractor
+from chatmem.foreground import FOREGROUND
 from chatmem.long_term import LongTermMemory
 from chatmem.long_term.decay import enforce_quota
 from chatmem.long_term.write_policy import WritePolicy, WriteReport
@@ -104,6 +105,7 @@ class Worker:
         with self._held_lock:
             self._held.update({b.batch_id: b.lease for b in claimed if b.lease})
         for batch in claimed:
+            FOREGROUND.pause()  # searches in flight go first (``chatmem.foreground``)
             try:
                 self.process(batch)
             except Exception as exc:  # boundary: a bug in an extractor must not stop the worker
