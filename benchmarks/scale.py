@@ -656,7 +656,30 @@ def search_phase(
     again = _search_pass(memory, embedder, sampled, asked)
     heaviest = _search_pass(memory, embedder, heavy, asked)
     heaviest["user_memories"] = int(counts.max())
-    return {"first": first, "again": again, "heavy": heaviest}
+    found = {"first": first, "again": again, "heavy": heaviest}
+    if isinstance(store, SQLiteStore):
+        found["heavy_warmed"] = _warmed_pass(store, embedder, heavy, asked)
+    return found
+
+
+def _warmed_pass(
+    store: SQLiteStore, embedder: TimedEmbedder, heavy: Sequence[str], asked: Iterator[str]
+) -> dict[str, Any]:
+    """The heavy users' first searches on a store opened anew and warmed as a service
+    warms it at start (``SQLiteStore.warm_heaviest``, timed apart)."""
+    fresh = SQLiteStore(store.path)
+    try:
+        fresh.bind_embedding(store.embedding)  # type: ignore[arg-type]
+        started = time.perf_counter()
+        warmed = fresh.warm_heaviest(len(heavy))
+        fresh.wait_for_keywords()
+        took = time.perf_counter() - started
+        result = _search_pass(LongTermMemory(fresh, embedder), embedder, heavy, asked)
+        result["warmed_users"] = len(warmed)
+        result["warm_s"] = round(took, 2)
+        return result
+    finally:
+        fresh.close()
 
 
 @dataclass
@@ -743,13 +766,14 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
         "search p95 ms",
         "again p95 ms",
         "heavy p95 ms",
+        "heavy p95 ms, warmed at start",
         "disk MB",
         "RSS MB",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for run in runs:
         if run.get("status") != "ok":
-            cells = [run["backend"], f"{run['memories']:,}", "skipped", *["-"] * 6]
+            cells = [run["backend"], f"{run['memories']:,}", "skipped", *["-"] * 7]
         else:
             search = run["search"]
             rss = run["rss_bytes"] + run.get("server_rss_bytes", 0)
@@ -761,6 +785,7 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
                 f"{search['first']['p95_ms']:.1f}",
                 f"{search['again']['p95_ms']:.1f}",
                 f"{search['heavy']['p95_ms']:.1f}",
+                f"{search['heavy_warmed']['p95_ms']:.1f}" if "heavy_warmed" in search else "-",
                 _mb(run["disk_bytes"]),
                 _mb(rss),
             ]

@@ -85,3 +85,26 @@ def test_replicas_racing_to_queue_a_session_put_each_turn_in_one_batch(
     finally:
         first.close()
         second.close()
+
+
+def test_a_start_warms_the_heaviest_users_caches(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    """The users with the most memories get their vectors read at start, in the background,
+    not at their first search (issue 14: a heavy user's first search at 1M memories)."""
+    config = ServiceConfig.parse(
+        {"server": {"data_dir": str(tmp_path)}, "maintenance": {"enabled": False}}
+    )
+    first = Runtime.start(config, embedder=embedder)
+    assert first.long_term is not None
+    for user, count in (("busy", 12), ("quiet", 3)):
+        first.long_term.add(
+            [{"role": "user", "content": f"Note {n} from {user}."} for n in range(count)],
+            user_id=user,
+        )
+    first.close()
+    again = Runtime.start(config, embedder=embedder)
+    try:
+        assert again._warmer is not None
+        again._warmer.join(30)
+        assert again.warmed == [("default", "busy"), ("default", "quiet")]
+    finally:
+        again.close()

@@ -168,3 +168,30 @@ def test_the_removal_log_answers_for_its_window_and_says_when_it_cannot(
         assert held[there].tolist() == sorted(rowids[r.id] for r in records[9:])
     conn.close()
     store.close()
+
+
+def test_warming_a_user_leaves_its_first_search_nothing_to_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "warm.db"
+    writer = _store(path)
+    rng = np.random.default_rng(9)
+    for user, count in (("light", 5), ("heavy", 40), ("middle", 20)):
+        records = [MemoryRecord(user_id=user, content={"raw": f"{user} {n}"}) for n in range(count)]
+        writer.put([Entry(r, _vector(rng)) for r in records])
+    assert writer.heaviest(2) == [("default", "heavy", 40), ("default", "middle", 20)]
+    row_bytes = 4 * DIMENSION + 8 + 90
+    # 3/4 of the budget holds the heavy user and the middle one, not the light one as well.
+    reader = _store(path, budget=4 * row_bytes * 62 // 3)
+    assert reader.warm_heaviest() == [("default", "heavy"), ("default", "middle")]
+    stopped = _store(path)
+    assert stopped.warm_heaviest(stop=lambda: True) == []
+    reads = _Reads(monkeypatch)
+    query = _vector(rng)
+    for user in ("heavy", "middle"):
+        assert len(_cosines(reader, query, user)) == {"heavy": 40, "middle": 20}[user]
+    assert reads.whole == 0  # both were read at warming
+    _cosines(reader, query, "light")
+    assert reads.whole == 1
+    for store in (writer, reader, stopped):
+        store.close()

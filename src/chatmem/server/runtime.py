@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -30,6 +31,7 @@ from chatmem.errors import ChatmemError
 from chatmem.extraction.base import Extractor
 from chatmem.extraction.llm import LLMExtractor
 from chatmem.extraction.offline import OfflineExtractor
+from chatmem.foreground import FOREGROUND
 from chatmem.formats import render_messages
 from chatmem.llm.base import ModelRole
 from chatmem.llm.client import ModelRegistry
@@ -107,6 +109,10 @@ class Runtime:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, repr=False)
     _sweeper: threading.Thread | None = field(default=None, repr=False)
+    #: Loads the heaviest users' caches after start (``start_warming``).
+    _warmer: threading.Thread | None = field(default=None, repr=False)
+    #: The (tenant, user) pairs it warmed, once it is done.
+    warmed: list[tuple[str, str]] = field(default_factory=list, repr=False)
     #: The turns being stored after their answers; a stop drains them before closing.
     after_answer: AfterAnswer = field(default_factory=AfterAnswer, repr=False)
     _session_locks: tuple[threading.Lock, ...] = field(
@@ -204,6 +210,32 @@ class Runtime:
             self.worker = Worker(self.outbox, long_term, _extractor(self.models))
             self.worker.start()
         logger.info("memory on: %s", long_term.store)
+        self.start_warming(long_term)
+
+    def start_warming(self, long_term: LongTermMemory) -> None:
+        """Load the heaviest users' vectors and fields into the store's caches in a
+        background thread (the stores that can: SQLite's ``warm_heaviest``), so their first
+        searches do not read vectors scattered through the file. It gives way to searches
+        (``chatmem.foreground``) and stops at ``close``."""
+        warm = getattr(long_term.store, "warm_heaviest", None)
+        if not callable(warm):
+            return
+
+        def run() -> None:
+            with contextlib.suppress(AttributeError, OSError):  # nice 10 where Linux allows
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+            def stop() -> bool:
+                FOREGROUND.pause()
+                return self._stopping.is_set()
+
+            try:
+                self.warmed = warm(stop=stop)
+            except ChatmemError as exc:  # boundary: warming is an optimisation
+                logger.warning("warming the heaviest users' caches failed: %s", exc)
+
+        self._warmer = threading.Thread(target=run, name="chatmem-warm", daemon=True)
+        self._warmer.start()
 
     @property
     def memory_on(self) -> bool:
@@ -380,6 +412,8 @@ class Runtime:
         self._stopping.set()
         if self._sweeper is not None:
             self._sweeper.join(10)
+        if self._warmer is not None:
+            self._warmer.join()  # a user at most: it reads the store closed below
         if self.maintenance is not None:
             self.maintenance.stop()  # before the stores it reads and its leases' database
         try:

@@ -61,6 +61,18 @@ class _UserRows:
         return rows
 
 
+def user_vectors(
+    conn: sqlite3.Connection,
+    cache: VectorCache,
+    dimension: int,
+    tenant: str,
+    user: str,
+    versions: Versions,
+) -> UserVectors:
+    """The user's vectors at ``versions`` (``conn``'s open snapshot), from the cache."""
+    return cache.vectors(user_key(tenant, user), versions, dimension, _UserRows(conn, tenant, user))
+
+
 def vector_half(
     conn: sqlite3.Connection,
     cache: VectorCache,
@@ -75,8 +87,7 @@ def vector_half(
     ``also``; and the user's vectors they were read from."""
     tenant, user = query.filter.tenant_id, query.filter.require_user()
 
-    rows = _UserRows(conn, tenant, user)
-    vectors = cache.vectors(user_key(tenant, user), versions, dimension, rows)
+    vectors = user_vectors(conn, cache, dimension, tenant, user, versions)
     scores = vectors.scores(vector)
     pool = admitted.positions(vectors.rowids)
     if len(pool) > query.candidates:
