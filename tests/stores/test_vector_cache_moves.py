@@ -195,3 +195,32 @@ def test_warming_a_user_leaves_its_first_search_nothing_to_read(
     assert reads.whole == 1
     for store in (writer, reader, stopped):
         store.close()
+
+
+class _Snapshot:
+    """A user's rows as one snapshot holds them (``vector_cache.UserRows``)."""
+
+    def __init__(self, rows: list[tuple[int, bytes, str]]) -> None:
+        self.rows = rows
+
+    def after(self, rowid: int) -> list[tuple[int, bytes, str]]:
+        return [row for row in self.rows if row[0] > rowid]
+
+    def still_there(self, rowids: np.ndarray, changed: int) -> np.ndarray:
+        return np.isin(rowids, [row[0] for row in self.rows])
+
+    def edited_since(self, edited: int) -> list[tuple[int, bytes, str]]:
+        return []
+
+
+def test_a_snapshot_older_than_the_cache_reads_the_user_at_its_own_versions() -> None:
+    from chatmem.stores.vector_cache import VectorCache
+
+    rng = np.random.default_rng(11)
+    rows = [(n, _vector(rng).tobytes(), f"m{n}") for n in (1, 2)]
+    cache = VectorCache()
+    newer = cache.vectors("u", (2, 0, 0), DIMENSION, _Snapshot(rows))
+    assert newer.rowids.tolist() == [1, 2]
+    # A search whose snapshot began before the second row was added.
+    older = cache.vectors("u", (1, 0, 0), DIMENSION, _Snapshot(rows[:1]))
+    assert older.rowids.tolist() == [1] and older.ids == ["m1"]

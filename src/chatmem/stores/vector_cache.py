@@ -9,9 +9,10 @@ was updated at). A reader compares the versions it reads (in the same snapshot a
 vectors) with its cached ones and reads only what moved: the rows appended since, and after
 a ``changed``, the rows removed since and the vectors of the rows updated since.
 
-Reading the whole matrix again after each delete or new vector cost 20-40 ms at 10,000
-memories, once per search while a decay sweep or the extraction worker kept writing: under
-16 concurrent clients it took more CPU than the searches themselves (issue 14).
+Reading the whole matrix again after each delete or new vector, once per search while a
+decay sweep or the extraction worker kept writing, took more of a loaded service's CPU than
+the searches themselves (issue 14). A snapshot older than the cached entry (a search that
+began before another's write) reads the user whole, at its own versions.
 """
 
 from __future__ import annotations
@@ -121,11 +122,11 @@ class UserVectors:
         if not found:
             return self
         wanted = np.fromiter((rowid for rowid, _ in found), np.int64, len(found))
-        at = np.searchsorted(self.rowids, wanted)
+        at = np.minimum(np.searchsorted(self.rowids, wanted), len(self.rowids) - 1)
+        held = self.rowids[at] == wanted  # all of them, unless a row changed hands
+        fresh = np.frombuffer(b"".join(blob for _, blob in found), np.float32)
         matrix = self.matrix.copy()
-        matrix[at] = np.frombuffer(b"".join(blob for _, blob in found), np.float32).reshape(
-            len(found), matrix.shape[1]
-        )
+        matrix[at[held]] = fresh.reshape(len(found), matrix.shape[1])[held]
         return UserVectors(self.rowids, matrix, self.versions, self.ids)
 
 
@@ -151,7 +152,10 @@ class VectorCache:
         only as far as they moved since the cached ones. An update that leaves every vector
         as it was (``edited`` alone moved) changes nothing here."""
         cached = self._users.get(key)
-        if cached is None:
+        older = cached is not None and (
+            versions[0] < cached.versions[0] or versions[1] < cached.versions[1]
+        )
+        if cached is None or older:
             fresh = _build(rows.after(0), dimension, versions)
         elif cached.versions == versions:
             return cached
