@@ -28,10 +28,8 @@ def _paused_in_thread(foreground: Foreground, longest_s: float) -> threading.Eve
     return returned
 
 
-def test_a_pause_waits_for_the_work_in_flight_and_no_longer() -> None:
-    foreground = Foreground()
-    foreground.pause(30)  # nothing runs: returns at once (else the test would hang)
-    assert foreground.waited == 0
+def _search_running(foreground: Foreground) -> threading.Event:
+    """A search in flight in another thread until the returned event is set."""
     held, release = threading.Event(), threading.Event()
 
     def search() -> None:
@@ -41,6 +39,14 @@ def test_a_pause_waits_for_the_work_in_flight_and_no_longer() -> None:
 
     threading.Thread(target=search, daemon=True).start()
     held.wait(5)
+    return release
+
+
+def test_a_pause_waits_for_the_work_in_flight_and_no_longer() -> None:
+    foreground = Foreground()
+    foreground.pause(30)  # nothing runs: returns at once (else the test would hang)
+    assert foreground.waited == 0
+    release = _search_running(foreground)
     returned = _paused_in_thread(foreground, 30)
     assert not returned.wait(0.3)  # the search still runs
     release.set()
@@ -91,15 +97,7 @@ def test_a_sweep_deletes_a_page_in_few_transactions_and_pauses_for_searches(
     unit = np.full(embedder.dimension, embedder.dimension**-0.5, dtype=np.float32)
     store.put([Entry(r, unit) for r in records])
     memory = LongTermMemory(store, embedder)
-    held, release = threading.Event(), threading.Event()
-
-    def search() -> None:
-        with FOREGROUND.unit():
-            held.set()
-            release.wait(30)
-
-    threading.Thread(target=search, daemon=True).start()
-    held.wait(5)
+    release = _search_running(FOREGROUND)
     waited = FOREGROUND.waited
     threading.Timer(0.5, release.set).start()
     report = sweep_decay(memory, user_id="u", now=NOW)
