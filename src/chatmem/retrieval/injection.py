@@ -43,10 +43,17 @@ def pack(
 ) -> Packed:
     """The memory lines, in order, that fit as one system message of at most
     ``budget_tokens`` tokens (counted exactly, message overhead included); a line that does
-    not fit is left out and the next ones are still tried."""
+    not fit is left out and the next ones are still tried.
+
+    When all of them fit together (the usual case: five memories in a budget of hundreds of
+    tokens) that is the answer, counted once: trying them one by one counted the message
+    again for each line, 15 encodings for 5 lines (5 % of a loaded service's CPU)."""
     if budget_tokens < 0:
         raise ValidationError("must be 0 or more", field="budget_tokens")
     check_template(template)
+    whole = _content(lines, template, header)
+    if lines and message_tokens(counter, {"role": "system", "content": whole}) <= budget_tokens:
+        return Packed(whole, list(range(len(lines))))
     kept: list[int] = []
     content = ""
     for index, line in enumerate(lines):
