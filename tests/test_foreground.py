@@ -105,3 +105,18 @@ def test_a_sweep_deletes_a_page_in_few_transactions_and_pauses_for_searches(
     assert store.deletes <= 3  # the expired ones, then one per reason (all score under 0.01)
     assert FOREGROUND.waited > waited  # it paused while the search ran
     assert store.count(Filter(user_id="u")) == 0
+
+
+def test_usage_writes_pause_for_searches(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    from chatmem.retrieval import UsageRecorder
+
+    with LongTermMemory(SQLiteStore(tmp_path / "usage.db"), embedder) as memory:
+        stored = memory.add([{"role": "user", "content": "I drink green tea."}], user_id="u")
+        with UsageRecorder(memory, flush_every_s=60) as recorder:
+            recorder.record([r.id for r in stored], user_id="u")
+            release = _search_running(FOREGROUND)
+            waited = FOREGROUND.waited
+            threading.Timer(0.3, release.set).start()
+            assert recorder.flush() == len(stored)
+            assert FOREGROUND.waited > waited
+        assert memory.get(stored[0].id, user_id="u").access_count == 1

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from chatmem.errors import StoreError, ValidationError
+from chatmem.foreground import FOREGROUND
 from chatmem.long_term import LongTermMemory
 from chatmem.records import utcnow
 from chatmem.stores.base import Usage
@@ -85,6 +86,7 @@ class UsageRecorder:
             for (tenant_id, user_id), uses in _by_user(taken).items():
                 for start in range(0, len(uses), self.max_batch):
                     chunk = dict(list(uses.items())[start : start + self.max_batch])
+                    FOREGROUND.pause()  # a write parses and writes each record: searches first
                     written += self._write(tenant_id, user_id, chunk)
             return written
 
