@@ -289,7 +289,8 @@ class SQLiteStore(MemoryStore):
         """Read the user's vectors and filterable fields into their caches now, and start
         the background build of its keyword postings (a user of ``keyword_cache_rows`` or
         more): what the user's first search would read otherwise. A heavy user's vectors
-        lie scattered through the file, and that first read took 0.2-0.6 s at 1M memories."""
+        lie scattered through the file: at 1M memories the 20 heaviest users' first searches
+        took 1.6 s at p95 cold and 11.6 ms warmed (docs/benchmarks.md)."""
         tenant, user = scope.tenant_id, scope.require_user()
         table = fts_table(user_token(tenant, user))
         with self._file.read() as conn:
