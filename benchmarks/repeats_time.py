@@ -1,12 +1,14 @@
-"""What setting repeats apart costs a search (issue 18): ``LongTermMemory.search`` and
-``chatmem.retrieval.search`` with ``RankingConfig.repeats_last`` on and off, on one store, the
-two timed in turn query by query (the first of each pair alternates), after a warm-up round
-that fills the query-embedding cache for both.
+"""What a ranking setting costs a search (issue 18): ``LongTermMemory.search`` and
+``chatmem.retrieval.search`` with ``RankingConfig.repeats_last`` (or, with ``--setting
+speaker_bonus``, the bonus for memories said by someone the query names) on and off, on one
+store, the two timed in turn query by query (the first of each pair alternates), after a
+warm-up round that fills the query-embedding cache for both.
 
 The store: every LoCoMo turn added one at a time (the live path of
 ``locomo_retrieval.py --ingest live``), built once in ``--dir`` and kept there.
 
     python benchmarks/repeats_time.py --data $LOCOMO --dir /tmp/chatmem-repeats --json out.json
+    python benchmarks/repeats_time.py --data $LOCOMO --setting speaker_bonus --json out.json
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, default=Path("/tmp/chatmem-repeats"))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--k", type=int, default=10, help="LongTermMemory.search's k (10)")
+    p.add_argument("--setting", choices=("repeats_last", "speaker_bonus"), default="repeats_last")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     build(args.data, args.dir)
@@ -66,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     off = LongTermMemory(
         SQLiteStore(args.dir / "chatmem.db"),
         embedder,
-        ranking_config=RankingConfig(repeats_last=False),
+        ranking_config=RankingConfig(
+            **{args.setting: 0.0 if args.setting == "speaker_bonus" else False}
+        ),
     )
     asked = [(lr.user_id_for(c), q.question) for c in load_locomo(args.data) for q in c.questions]
     paths: dict[str, Callable[[LongTermMemory, str, str], Any]] = {
@@ -108,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "questions": len(asked),
             "rounds": args.rounds,
             "k": args.k,
+            "setting": args.setting,
         }
         args.json.write_text(json.dumps({"paths": result, "meta": meta}, indent=1) + "\n")
     return 0

@@ -220,6 +220,7 @@ def _candidates(
 
 
 def _memories(mem: Any, user: str) -> dict[str, Any]:
+    from chatmem import text as textlib
     from chatmem.records import Filter
 
     scope = Filter(tenant_id="default", user_id=user)
@@ -239,6 +240,9 @@ def _memories(mem: Any, user: str) -> dict[str, Any]:
         "session": [r.session_id for r in records],
         "speaker": [r.context.speaker if r.context else None for r in records],
         "text": [r.text for r in records],
+        "before": [(r.context.before or "") if r.context else "" for r in records],
+        "after": [(r.context.after or "") if r.context else "" for r in records],
+        "embedded": [textlib.embedding_text(r) for r in records],
         "vec": np.stack([vectors[i] for i in ids]),
     }
 
@@ -567,6 +571,20 @@ def same_words(share: float, first: Ranker = base) -> Ranker:
     return rank
 
 
+def speaker_bonus(beta: float, top: int) -> Ranker:
+    """``chatmem.ranking.favour_named`` over the fused order's first ``top``: a memory
+    said by someone the question names gains ``beta``."""
+    from chatmem import ranking
+
+    def rank(item: Item) -> list[str]:
+        scored = fused(item.cands)
+        names = ranking.named(item.q.text)
+        head = ranking.favour_named(scored[:top], item.user.speaker, names, beta)
+        return [s.id for s in head + scored[top:]]
+
+    return rank
+
+
 def variants() -> dict[str, Ranker]:
     """Every variant measured, by name."""
     out: dict[str, Ranker] = {"base": base, "repeats": repeats()}
@@ -594,6 +612,9 @@ def variants() -> dict[str, Ranker]:
     out["repeats+decomp-pair-round"] = repeats(interleave("round"))
     for top, beta, holders in ((1, 0.1, 10), (2, 0.1, 10), (3, 0.1, 10), (3, 0.1, 5), (5, 0.1, 10)):
         out[f"repeats+bonus-{top}-{beta}-{holders}"] = repeats(link_bonus(top, beta, holders))
+    for beta in (0.05, 0.1, 0.15, 0.2):
+        for top in (20, 50):
+            out[f"repeats+speaker-{beta}-{top}"] = repeats(speaker_bonus(beta, top))
     return out
 
 

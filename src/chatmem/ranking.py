@@ -28,17 +28,23 @@ query; a real answer phrased differently from the question scores above it.
 it (``RankingConfig.repeats_last``) gives its place to the next, so the same remark said on
 three days fills one place of a top k, not three, and leaves the others to the rest of an
 answer (docs/benchmarks.md, "Multi-hop without an LLM (2026-11-27)").
+
+``favour_named`` gives ``RankingConfig.speaker_bonus`` to memories said by someone the query
+names ("What kind of art does Caroline make?" favours what Caroline said over what was said
+to her), among the first of a ranking (docs/benchmarks.md, "Who said it (issue 18)").
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from chatmem.errors import ValidationError
 from chatmem.records import Candidate, MemoryRecord
+from chatmem.text import STOP_WORDS
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,9 @@ class RankingConfig:
     #: A memory whose speaker said the same words in one ranked above it comes after the
     #: others (``Repeats``): the same remark on three days takes one place of a top k.
     repeats_last: bool = True
+    #: Added to the fused score of a memory said by someone the query names
+    #: (``favour_named``), among the first ``SPEAKER_READ`` (at least k) of a search; 0: off.
+    speaker_bonus: float = 0.1
 
     def __post_init__(self) -> None:
         if self.vector_weight < 0 or self.keyword_weight < 0:
@@ -76,6 +85,8 @@ class RankingConfig:
             raise ValidationError("must be non-negative", field="ranking.keyword_floor_hits")
         if not 0 <= self.keyword_cosine <= 1:
             raise ValidationError("must be between 0 and 1", field="ranking.keyword_cosine")
+        if not 0 <= self.speaker_bonus <= 1:
+            raise ValidationError("must be between 0 and 1", field="ranking.speaker_bonus")
 
 
 DEFAULT_RANKING = RankingConfig()
@@ -163,6 +174,48 @@ class Repeats:
             return True
         self._said.add(key)
         return False
+
+
+#: How many of a ranking's first memories ``favour_named`` reorders (k where k is more).
+SPEAKER_READ = 20
+
+#: A word as ``named`` reads it: letters and digits, inner apostrophes kept.
+_NAME_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+
+
+def named(query: str) -> frozenset[str]:
+    """The words of ``query`` that may name someone: those of two or more characters that
+    start with a capital letter, a possessive 's removed; the first word only when it is no
+    stop word ("What", "Did")."""
+    found = set()
+    for n, match in enumerate(_NAME_WORD.finditer(query)):
+        word = match.group(0)
+        if word[-2:] in ("'s", "’s"):
+            word = word[:-2]
+        if len(word) > 1 and word[0].isupper() and not (n == 0 and word.lower() in STOP_WORDS):
+            found.add(word)
+    return frozenset(found)
+
+
+def said_by(speaker: str | None, names: frozenset[str]) -> bool:
+    """Whether one of ``names`` is a word of ``speaker`` ("Mary" names "Mary Ann Lee")."""
+    return bool(speaker) and any(w in names for w in _NAME_WORD.findall(speaker or ""))
+
+
+def favour_named(
+    head: list[Scored], speakers: Mapping[str, str | None], names: frozenset[str], bonus: float
+) -> list[Scored]:
+    """``head`` reordered with ``bonus`` added to the score of each memory said by someone
+    of ``names`` (``speakers``: the speaker of each id); ties keep ``head``'s order. A score
+    stays within [0, 1] as reported; the order follows the sum."""
+    if not names or bonus <= 0:
+        return head
+    ordered = []
+    for place, s in enumerate(head):
+        total = s.score + bonus if said_by(speakers.get(s.id), names) else s.score
+        ordered.append((-total, place, s._replace(score=min(total, 1.0))))
+    ordered.sort(key=lambda t: (t[0], t[1]))
+    return [t[2] for t in ordered]
 
 
 def select(scored: list[Scored], k: int, threshold: float | None = None) -> list[Scored]:

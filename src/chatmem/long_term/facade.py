@@ -272,17 +272,39 @@ class LongTermMemory:
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
         ranked = ranking.select(ranking.fuse(candidates, self.ranking), len(candidates), threshold)
-        return self._read(ranked, scope, k, current_only)
+        ranked, read = self._favour_named(ranked, query, scope, k)
+        return self._read(ranked, scope, k, current_only, read)
+
+    def _favour_named(
+        self, ranked: list[ranking.Scored], query: str, scope: Filter, k: int
+    ) -> tuple[list[ranking.Scored], dict[str, MemoryRecord]]:
+        """``ranked`` with its first ``SPEAKER_READ`` (k where k is more) reordered by
+        ``ranking.favour_named`` when the query names someone, and the records read to learn
+        who said them (none when it names nobody)."""
+        names = ranking.named(query)
+        if not names or self.ranking.speaker_bonus <= 0 or not ranked:
+            return ranked, {}
+        head = ranked[: max(k, ranking.SPEAKER_READ)]
+        read = {r.id: r for r in self.store.get([s.id for s in head], scope)}
+        speakers = {i: r.context.speaker if r.context else None for i, r in read.items()}
+        head = ranking.favour_named(head, speakers, names, self.ranking.speaker_bonus)
+        return head + ranked[len(head) :], read
 
     def _read(
-        self, ranked: list[ranking.Scored], scope: Filter, k: int, current_only: bool
+        self,
+        ranked: list[ranking.Scored],
+        scope: Filter,
+        k: int,
+        current_only: bool,
+        read: dict[str, MemoryRecord],
     ) -> list[SearchResult]:
-        """The first ``k`` of ``ranked`` as results. Only the records returned are read: k of
-        them, and more only for those a superseded fact (rare), a concurrent delete or a
-        repeat of one above them (``RankingConfig.repeats_last``) left out; repeats come
-        last, and only where too few others passed. Past ``REPEATS_READ`` times k records
-        read, repeats fill the places left: a user holding the same remark many times made
-        a search read and parse 10 times the records it returned (issue 14)."""
+        """The first ``k`` of ``ranked`` as results. Only the records returned are read (or
+        were, in ``read``): k of them, and more only for those a superseded fact (rare), a
+        concurrent delete or a repeat of one above them (``RankingConfig.repeats_last``)
+        left out; repeats come last, and only where too few others passed. Past
+        ``REPEATS_READ`` times k records read, repeats fill the places left: a user holding
+        the same remark many times made a search read and parse 10 times the records it
+        returned (issue 14)."""
         now = utcnow()
         results: list[SearchResult] = []
         repeated: list[SearchResult] = []
@@ -297,9 +319,11 @@ class LongTermMemory:
             end = start + k - len(results)
             batch = ranked[start : end if repeats is None else min(end, REPEATS_READ * k)]
             start += len(batch)
-            records = {r.id: r for r in self.store.get([s.id for s in batch], scope)}
+            unread = [s.id for s in batch if s.id not in read]
+            if unread:
+                read.update((r.id, r) for r in self.store.get(unread, scope))
             for s in batch:
-                record = records.get(s.id)
+                record = read.get(s.id)
                 if record is None or (current_only and _superseded(record, now)):
                     continue
                 found = SearchResult(

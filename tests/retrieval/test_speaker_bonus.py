@@ -1,0 +1,149 @@
+"""A memory said by someone the query names comes first (``RankingConfig.speaker_bonus``,
+issue 18): "What kind of art does Caroline make?" asks what Caroline said, not what was said
+to her about art."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chatmem import LongTermMemory, RankingConfig
+from chatmem.embeddings import LocalEmbedder
+from chatmem.ranking import SPEAKER_READ, Scored, favour_named, named, said_by
+from chatmem.records import Filter, MemoryRecord
+from chatmem.stores.sqlite import SQLiteStore
+
+
+@pytest.mark.parametrize(
+    ("query", "names"),
+    [
+        ("What kind of art does Caroline make?", {"Caroline"}),
+        ("Caroline's paintings: what are they of?", {"Caroline"}),
+        ("Which city have both Jean and John visited?", {"Jean", "John"}),
+        ("What did Melanie’s kids like?", {"Melanie"}),
+        ("where do I work?", set()),
+        ("What's my sister's name?", set()),
+        ("Did Zoë go to Łódź?", {"Zoë", "Łódź"}),
+    ],
+)
+def test_the_words_that_may_name_someone(query: str, names: set[str]) -> None:
+    assert named(query) == names
+
+
+def test_a_speaker_is_named_by_any_word_of_their_name() -> None:
+    assert said_by("Mary Ann Lee", frozenset({"Mary"}))
+    assert said_by("Mary Ann Lee", frozenset({"Lee"}))
+    assert not said_by("Maryanne", frozenset({"Mary"}))
+    assert not said_by(None, frozenset({"Mary"}))
+    assert not said_by("", frozenset({"Mary"}))
+
+
+def test_the_named_speakers_memories_gain_the_bonus_and_the_head_is_sorted_again() -> None:
+    head = [Scored("to-her", 0.70, 0.7, None), Scored("hers", 0.65, 0.6, 0.1)]
+    head += [Scored("far", 0.20, 0.2, None), Scored("top", 0.95, 0.9, 1.0)]
+    speakers = {"to-her": "Melanie", "hers": "Caroline", "far": "Caroline", "top": "Caroline"}
+    out = favour_named(head, speakers, frozenset({"Caroline"}), 0.1)
+    assert [s.id for s in out] == ["top", "hers", "to-her", "far"]
+    # Reported scores stay within [0, 1]; the parts are kept as they were.
+    assert [s.score for s in out] == pytest.approx([1.0, 0.75, 0.70, 0.30])
+    assert out[1].vector_score == 0.6 and out[1].keyword_score == 0.1
+    assert favour_named(head, speakers, frozenset(), 0.1) == head
+    assert favour_named(head, speakers, frozenset({"Caroline"}), 0.0) == head
+
+
+scores = st.floats(min_value=0.0, max_value=1.0)
+
+
+@given(st.lists(st.tuples(scores, st.booleans()), max_size=30), scores)
+def test_favouring_keeps_every_memory_moves_none_of_the_others_and_stays_in_0_1(
+    parts: list[tuple[float, bool]], bonus: float
+) -> None:
+    head = sorted(
+        (Scored(f"m{i}", score, score, None) for i, (score, _) in enumerate(parts)),
+        key=lambda s: (-s.score, s.id),
+    )
+    speakers = {f"m{i}": "Ana" if hers else "Ben" for i, (_, hers) in enumerate(parts)}
+    out = favour_named(head, speakers, frozenset({"Ana"}), bonus)
+    assert sorted(s.id for s in out) == sorted(s.id for s in head)
+    assert all(0.0 <= s.score <= 1.0 for s in out)
+    # Neither group is reordered within itself: only Ana's memories move, all by the same.
+    for who in ("Ana", "Ben"):
+        mine = [s.id for s in head if speakers[s.id] == who]
+        assert [s.id for s in out if speakers[s.id] == who] == mine
+
+
+# -- through LongTermMemory, on a real SQLite store with MiniLM --------------------------------
+
+CHAT = [
+    ("Caroline", "I just finished a watercolour of the lake at dawn, my third this month."),
+    ("Melanie", "Caroline, I love your art, it is so inspiring to me!"),
+    ("Caroline", "Thanks! Mostly landscapes, and I sketch portraits of friends sometimes."),
+    ("Melanie", "My kids made art at school today, lots of finger painting and glitter."),
+    ("Caroline", "I'm thinking of going to the beach this weekend with the dogs."),
+    ("Melanie", "We went camping last week, the kids loved the campfire stories."),
+]
+QUESTION = "What kind of art does Caroline make?"
+
+
+class CountingStore(SQLiteStore):
+    """The real SQLite store, counting the ids each ``get`` is asked for."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.asked: list[list[str]] = []
+
+    def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
+        self.asked.append(list(ids))
+        return super().get(ids, scope)
+
+
+@pytest.fixture
+def chat(tmp_path: Path, embedder: LocalEmbedder) -> Iterator[tuple[Path, LocalEmbedder]]:
+    store = SQLiteStore(tmp_path / "chat.db")
+    with LongTermMemory(store, embedder) as memory:
+        start = datetime(2024, 5, 1, 9, tzinfo=UTC)
+        for minute, (speaker, text) in enumerate(CHAT):
+            message = {"role": "user", "name": speaker, "content": text}
+            memory.add(
+                [message | {"timestamp": start + timedelta(minutes=minute)}],
+                user_id="u",
+                session_id="s1",
+            )
+    yield tmp_path / "chat.db", embedder
+
+
+def _first_speakers(path: Path, embedder: LocalEmbedder, bonus: float, k: int = 3) -> list[str]:
+    ranking = RankingConfig(speaker_bonus=bonus)
+    with LongTermMemory(SQLiteStore(path), embedder, ranking_config=ranking) as memory:
+        hits = memory.search(QUESTION, user_id="u", k=k)
+    return [h.record.context.speaker or "" if h.record.context else "" for h in hits]
+
+
+def test_what_the_named_speaker_said_comes_before_what_was_said_to_them(
+    chat: tuple[Path, LocalEmbedder],
+) -> None:
+    path, embedder = chat
+    # Without the bonus, what Melanie said to Caroline about art, and about her kids' art,
+    # rank above Caroline's watercolour.
+    assert _first_speakers(path, embedder, 0.0) == ["Melanie", "Caroline", "Melanie"]
+    assert _first_speakers(path, embedder, 0.1) == ["Caroline", "Melanie", "Caroline"]
+
+
+def test_a_query_naming_nobody_reads_only_the_records_it_returns(
+    chat: tuple[Path, LocalEmbedder],
+) -> None:
+    path, embedder = chat
+    store = CountingStore(path)
+    with LongTermMemory(store, embedder) as memory:
+        memory.search("what kind of art do they make?", user_id="u", k=2)
+        assert [len(ids) for ids in store.asked] == [2]
+        store.asked.clear()
+        found = memory.search(QUESTION, user_id="u", k=2)
+    # One read of the head (all six memories here, under SPEAKER_READ), none read twice.
+    assert len(store.asked) == 1 and len(store.asked[0]) == min(len(CHAT), SPEAKER_READ)
+    assert [h.record.context.speaker for h in found if h.record.context] == ["Caroline", "Melanie"]
