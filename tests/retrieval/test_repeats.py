@@ -109,11 +109,12 @@ def test_a_long_memory_is_never_a_repeat() -> None:
         assert repeats.seen(MemoryRecord(user_id="u", content={"raw": text})) is again
 
 
-def test_a_search_reads_at_most_twice_k_records_to_set_repeats_aside(
+def test_a_search_reads_at_most_repeats_read_times_k_records_to_set_repeats_aside(
     tmp_path: Path, embedder: LocalEmbedder
 ) -> None:
-    """Forty copies of one remark above two other memories: a k = 3 search reads 2k records,
-    not all forty, and fills its places with the repeats it passed, after the others."""
+    """Forty copies of one remark above two other memories: a k = 3 search reads
+    ``REPEATS_READ`` x k records (12), not all forty, and fills its places with the repeats
+    it passed, after the others."""
     from chatmem.long_term.facade import REPEATS_READ
 
     store = SQLiteStore(tmp_path / "copies.db")

@@ -44,8 +44,10 @@ from chatmem.stores.base import Change, SearchQuery, Usage
 #: How many messages before and after a message give it its context.
 DEFAULT_CONTEXT_WINDOW = 1
 #: A search reads at most this many times k records to find k that repeat none above
-#: them (``LongTermMemory._read``); then repeats fill the places left.
-REPEATS_READ = 2
+#: them (``LongTermMemory._read``); then repeats fill the places left. At 2 the synthetic
+#: check's full size lost single-fact recall (0.729 to 0.708: its small talk repeats word
+#: for word); 4 gives it back (docs/benchmarks.md, "Who said it (issue 18)").
+REPEATS_READ = 4
 #: Threads that embed search queries while stores read (searches of several threads at once).
 EMBEDDING_THREADS = 4
 
