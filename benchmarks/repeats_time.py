@@ -1,6 +1,7 @@
 """What a ranking setting costs a search (issue 18): ``LongTermMemory.search`` and
-``chatmem.retrieval.search`` with ``RankingConfig.repeats_last`` (or, with ``--setting
-speaker_bonus``, the bonus for memories said by someone the query names) on and off, on one
+``chatmem.retrieval.search`` with ``RankingConfig.repeats_last`` (or, with ``--setting``,
+``speaker_bonus``: the bonus for memories said by someone the query names, or
+``name_free_share``: the query vector without the speakers' names) on and off, on one
 store, the two timed in turn query by query (the first of each pair alternates), after a
 warm-up round that fills the query-embedding cache for both.
 
@@ -54,7 +55,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, default=Path("/tmp/chatmem-repeats"))
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--k", type=int, default=10, help="LongTermMemory.search's k (10)")
-    p.add_argument("--setting", choices=("repeats_last", "speaker_bonus"), default="repeats_last")
+    p.add_argument(
+        "--setting",
+        choices=("repeats_last", "speaker_bonus", "name_free_share"),
+        default="repeats_last",
+    )
+    p.add_argument(
+        "--cold", action="store_true", help="no query-embedding cache: every search embeds"
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     build(args.data, args.dir)
@@ -64,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from chatmem.retrieval import search
     from chatmem.stores import SQLiteStore
 
-    embedder = LocalEmbedder()
+    embedder = LocalEmbedder(cache_size=0, cache_bytes=0) if args.cold else LocalEmbedder()
     on = LongTermMemory(SQLiteStore(args.dir / "chatmem.db"), embedder)
     off = LongTermMemory(
         SQLiteStore(args.dir / "chatmem.db"),
@@ -114,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rounds": args.rounds,
             "k": args.k,
             "setting": args.setting,
+            "cold": args.cold,
         }
         args.json.write_text(json.dumps({"paths": result, "meta": meta}, indent=1) + "\n")
     return 0

@@ -71,6 +71,9 @@ class RankingConfig:
     #: Added to the fused score of a memory said by someone the query names
     #: (``favour_named``), among the first ``SPEAKER_READ`` (at least k) of a search; 0: off.
     speaker_bonus: float = 0.1
+    #: The share of the query vector taken from the query without the names of the
+    #: speakers it names (``long_term.speakers``); 0: the query as asked.
+    name_free_share: float = 0.7
 
     def __post_init__(self) -> None:
         if self.vector_weight < 0 or self.keyword_weight < 0:
@@ -87,6 +90,8 @@ class RankingConfig:
             raise ValidationError("must be between 0 and 1", field="ranking.keyword_cosine")
         if not 0 <= self.speaker_bonus <= 1:
             raise ValidationError("must be between 0 and 1", field="ranking.speaker_bonus")
+        if not 0 <= self.name_free_share <= 1:
+            raise ValidationError("must be between 0 and 1", field="ranking.name_free_share")
 
 
 DEFAULT_RANKING = RankingConfig()

@@ -23,6 +23,7 @@ from chatmem.long_term.inputs import MessageLike, heard_messages, message_items
 from chatmem.long_term.jsonl import OnConflict
 from chatmem.long_term.message_records import AddOptions, call_records, expiring
 from chatmem.long_term.session_tails import SessionTails, turn_spoken
+from chatmem.long_term.speakers import Speakers, name_free_vector
 from chatmem.records import (
     Content,
     EmbeddingInfo,
@@ -34,6 +35,7 @@ from chatmem.records import (
     MemoryType,
     Page,
     SearchResult,
+    Vector,
     check_count,
     utcnow,
     validation_error,
@@ -76,6 +78,7 @@ class LongTermMemory:
         self._embedder_threads: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._tails = SessionTails(store)
+        self._speakers = Speakers()
 
     @classmethod
     def open(
@@ -153,6 +156,7 @@ class LongTermMemory:
         vectors = self.embedder.embed([textlib.embedding_text(r) for r in records])
         stamped = [r.model_copy(update={"embedding": self._embedding}) for r in records]
         self.store.put([Entry(r, v) for r, v in zip(stamped, vectors, strict=True)])
+        self._speakers.saw(stamped)
         return stamped
 
     def update(
@@ -262,8 +266,13 @@ class LongTermMemory:
         check_count(k, "k")
         base = filter.model_dump(exclude_none=True) if filter else {}
         scope = Filter.checked({**base, "tenant_id": tenant_id, "user_id": user_id}, "filter")
+        names = ranking.named(query)
+        speakers = self._speakers.named(tenant_id, user_id, names)
+        share = self.ranking.name_free_share
         # The embedding runs in a thread of its own while the store starts on the words.
-        embedding = self._embedding_pool().submit(embed_query, self.embedder, query)
+        embedding = self._embedding_pool().submit(
+            name_free_vector, self._embed_query, query, speakers, share
+        )
         candidates = self.store.search(
             SearchQuery(
                 filter=scope,
@@ -274,20 +283,23 @@ class LongTermMemory:
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
         ranked = ranking.select(ranking.fuse(candidates, self.ranking), len(candidates), threshold)
-        ranked, read = self._favour_named(ranked, query, scope, k)
+        ranked, read = self._favour_named(ranked, names, scope, k)
         return self._read(ranked, scope, k, current_only, read)
 
+    def _embed_query(self, text: str) -> Vector:
+        return embed_query(self.embedder, text)
+
     def _favour_named(
-        self, ranked: list[ranking.Scored], query: str, scope: Filter, k: int
+        self, ranked: list[ranking.Scored], names: frozenset[str], scope: Filter, k: int
     ) -> tuple[list[ranking.Scored], dict[str, MemoryRecord]]:
         """``ranked`` with its first ``SPEAKER_READ`` (k where k is more) reordered by
-        ``ranking.favour_named`` when the query names someone, and the records read to learn
-        who said them (none when it names nobody)."""
-        names = ranking.named(query)
+        ``ranking.favour_named`` when the query names someone (``names``), and the records
+        read to learn who said them (none when it names nobody)."""
         if not names or self.ranking.speaker_bonus <= 0 or not ranked:
             return ranked, {}
         head = ranked[: max(k, ranking.SPEAKER_READ)]
         read = {r.id: r for r in self.store.get([s.id for s in head], scope)}
+        self._speakers.saw(read.values())
         speakers = {i: r.context.speaker if r.context else None for i, r in read.items()}
         head = ranking.favour_named(head, speakers, names, self.ranking.speaker_bonus)
         return head + ranked[len(head) :], read

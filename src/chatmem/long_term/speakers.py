@@ -1,0 +1,90 @@
+"""Who speaks in each user's memories, and a query vector that leaves their names out
+(issue 18, docs/benchmarks.md "Who said it").
+
+A question that names a speaker ("What kind of art does Caroline make?") asks what that
+person said. Who said a memory is ranked apart (``ranking.favour_named``), and the name is in
+the keyword text of every memory they said; in the query's vector the name pulls toward every
+memory that mentions them, whatever its topic ("Caroline, you're so kind!"). So the query
+vector is mixed: ``RankingConfig.name_free_share`` of it from the query with the speakers'
+names taken out, the rest from the query as asked. A name that is no speaker's ("London")
+stays in.
+
+``Speakers`` learns the speakers of each user from the memories this process adds and reads:
+a hint for the query vector, never a filter, so a speaker it has not seen yet (another
+process added them) only means the first searches embed the query as asked.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from chatmem.caches import LRUCache, MiB
+from chatmem.records import MemoryRecord, Vector
+
+#: Bytes of speakers' names kept, for all users together.
+SPEAKERS_BYTES = 1 * MiB
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_User = tuple[str, str]
+
+
+def _size(key: _User, names: frozenset[str]) -> int:
+    return sum(sys.getsizeof(s) for s in key) + sum(sys.getsizeof(n) for n in names) + 64
+
+
+class Speakers:
+    """The names of the speakers of each (tenant, user)'s memories seen by this process."""
+
+    def __init__(self) -> None:
+        self._names: LRUCache[_User, frozenset[str]] = LRUCache(SPEAKERS_BYTES, size=_size)
+        self._lock = threading.Lock()
+
+    def saw(self, records: Iterable[MemoryRecord]) -> None:
+        """Remember the speakers of ``records``, each under its own tenant and user."""
+        said: dict[_User, set[str]] = {}
+        for r in records:
+            if r.context and r.context.speaker:
+                said.setdefault((r.tenant_id, r.user_id), set()).add(r.context.speaker)
+        for key, names in said.items():
+            with self._lock:
+                known = self._names.get(key) or frozenset()
+                if not names <= known:
+                    self._names.put(key, known | names)
+
+    def named(self, tenant_id: str, user_id: str, names: frozenset[str]) -> list[str]:
+        """The words of ``names`` (``ranking.named``) that are a word of a known speaker's
+        name, in a stable order."""
+        if not names:
+            return []
+        known = self._names.get((tenant_id, user_id)) or frozenset()
+        words = {w for speaker in known for w in _WORD.findall(speaker)}
+        return sorted(names & words)
+
+
+def without(query: str, words: Iterable[str]) -> str:
+    """``query`` with each of ``words`` (and its possessive 's) taken out; blank when only
+    they were there."""
+    for word in words:
+        query = re.sub(rf"(?<![^\W_]){re.escape(word)}(?:['’]s)?(?![^\W_])", " ", query)
+    rest = re.sub(r"\s+", " ", query).strip()
+    return rest if _WORD.search(rest) else ""
+
+
+def name_free_vector(
+    embed: Callable[[str], Vector], query: str, speakers: list[str], share: float
+) -> Vector:
+    """The query's vector: ``share`` of it from ``query`` without ``speakers``' names, the
+    rest from ``query`` as asked (L2-normalised); the query as asked when there is nothing
+    to take out, or nothing left without it."""
+    asked = embed(query)
+    rest = without(query, speakers) if speakers and share > 0 else ""
+    if not rest:
+        return asked
+    mixed = (1.0 - share) * asked + share * embed(rest)
+    norm = float(np.linalg.norm(mixed))
+    return (mixed / norm).astype(np.float32) if norm > 0 else asked

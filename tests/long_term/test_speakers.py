@@ -1,0 +1,134 @@
+"""The query vector leaves out the names of the speakers a question names
+(``RankingConfig.name_free_share``, ``chatmem.long_term.speakers``, issue 18)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chatmem import LongTermMemory, RankingConfig, ValidationError
+from chatmem.embeddings import LocalEmbedder
+from chatmem.long_term.speakers import Speakers, name_free_vector, without
+from chatmem.ranking import named
+from chatmem.records import Context, MemoryRecord, Vector
+from chatmem.stores.sqlite import SQLiteStore
+
+
+@pytest.mark.parametrize(
+    ("query", "words", "rest"),
+    [
+        ("What kind of art does Caroline make?", ["Caroline"], "What kind of art does make?"),
+        ("Caroline's paintings, what are they of?", ["Caroline"], "paintings, what are they of?"),
+        ("Did Melanie’s kids like Carolines?", ["Melanie"], "Did kids like Carolines?"),
+        (
+            "Which city have both Jean and John visited?",
+            ["Jean", "John"],
+            "Which city have both and visited?",
+        ),
+        ("Caroline?", ["Caroline"], ""),
+    ],
+)
+def test_without_takes_out_whole_words_and_their_possessive(
+    query: str, words: list[str], rest: str
+) -> None:
+    assert without(query, words) == rest
+
+
+def _record(tenant: str, user: str, speaker: str | None) -> MemoryRecord:
+    context = Context(speaker=speaker) if speaker else None
+    return MemoryRecord(tenant_id=tenant, user_id=user, content={"raw": "hi"}, context=context)
+
+
+def test_speakers_are_learned_per_tenant_and_user_and_only_their_names_are_taken_out() -> None:
+    speakers = Speakers()
+    speakers.saw([_record("t1", "u", "Caroline Lee"), _record("t1", "u", None)])
+    speakers.saw([_record("t2", "u", "Melanie")])
+    asked = named("Did Caroline and Melanie visit London?")
+    assert asked == {"Caroline", "Melanie", "London"}
+    assert speakers.named("t1", "u", asked) == ["Caroline"]
+    assert speakers.named("t2", "u", asked) == ["Melanie"]
+    assert speakers.named("t1", "other", asked) == []
+    assert speakers.named("t1", "u", named("What does Lee like?")) == ["Lee"]
+
+
+def test_the_vector_mixes_the_query_with_it_without_the_speakers(embedder: LocalEmbedder) -> None:
+    query = "What kind of art does Caroline make?"
+    asked = embedder.embed_query(query)
+    rest = embedder.embed_query("What kind of art does make?")
+    mixed = name_free_vector(embedder.embed_query, query, ["Caroline"], 0.7)
+    expected = 0.3 * asked + 0.7 * rest
+    assert np.allclose(mixed, expected / np.linalg.norm(expected), atol=1e-6)
+    assert float(np.linalg.norm(mixed)) == pytest.approx(1.0, abs=1e-5)
+    assert np.array_equal(name_free_vector(embedder.embed_query, query, [], 0.7), asked)
+    assert np.array_equal(name_free_vector(embedder.embed_query, query, ["Caroline"], 0), asked)
+    alone = name_free_vector(embedder.embed_query, "Caroline?", ["Caroline"], 0.7)
+    assert np.array_equal(alone, embedder.embed_query("Caroline?"))
+
+
+def test_a_share_outside_0_1_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationError) as refused:
+        RankingConfig(name_free_share=1.5)
+    assert refused.value.field == "ranking.name_free_share"
+
+
+class Recording(LocalEmbedder):
+    """The real local embedder, remembering the queries it was asked to embed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[str] = []
+
+    def embed_query(self, text: str) -> Vector:
+        self.queries.append(text)
+        return super().embed_query(text)
+
+
+@pytest.fixture
+def recording() -> Iterator[Recording]:
+    yield Recording()
+
+
+def test_search_embeds_the_query_without_the_speakers_it_learned_from_the_adds(
+    tmp_path: Path, recording: Recording
+) -> None:
+    with LongTermMemory(SQLiteStore(tmp_path / "c.db"), recording) as memory:
+        start = datetime(2024, 5, 1, 9, tzinfo=UTC)
+        for n, (speaker, text) in enumerate(
+            [("Caroline", "I paint landscapes by the lake."), ("Melanie", "I went to London.")]
+        ):
+            message = {"role": "user", "name": speaker, "content": text}
+            memory.add(
+                [message | {"timestamp": start + timedelta(minutes=n)}], user_id="u", session_id="s"
+            )
+        memory.search("Did Caroline go to London?", user_id="u", k=2)
+        assert recording.queries == ["Did Caroline go to London?", "Did go to London?"]
+        recording.queries.clear()
+        # Another user of the same store: their speakers are not known, the query stays.
+        memory.search("Did Caroline go to London?", user_id="someone-else", k=2)
+        assert recording.queries == ["Did Caroline go to London?"]
+    # Off: the query as asked.
+    off = RankingConfig(name_free_share=0.0)
+    recording.queries.clear()
+    with LongTermMemory(SQLiteStore(tmp_path / "c.db"), recording, ranking_config=off) as memory:
+        memory.search("Did Caroline go to London?", user_id="u", k=2)
+    assert recording.queries == ["Did Caroline go to London?"]
+
+
+def test_a_process_that_did_not_add_the_memories_learns_the_speakers_from_its_reads(
+    tmp_path: Path, embedder: LocalEmbedder, recording: Recording
+) -> None:
+    with LongTermMemory(SQLiteStore(tmp_path / "c.db"), embedder) as writer:
+        message = {"role": "user", "name": "Caroline", "content": "I paint by the lake."}
+        writer.add([message], user_id="u", session_id="s")
+    with LongTermMemory(SQLiteStore(tmp_path / "c.db"), recording) as reader:
+        reader.search("What does Caroline paint?", user_id="u", k=1)
+        reader.search("What does Caroline paint?", user_id="u", k=1)
+    assert recording.queries == [
+        "What does Caroline paint?",  # first search: speakers not known yet
+        "What does Caroline paint?",
+        "What does paint?",
+    ]
