@@ -203,8 +203,12 @@ def named(query: str) -> frozenset[str]:
 
 
 def said_by(speaker: str | None, names: frozenset[str]) -> bool:
-    """Whether one of ``names`` is a word of ``speaker`` ("Mary" names "Mary Ann Lee")."""
-    return bool(speaker) and any(w in names for w in _NAME_WORD.findall(speaker or ""))
+    """Whether one of ``names`` is a word of ``speaker``, case aside ("Mary" and "mary" name
+    "Mary Ann Lee")."""
+    if not speaker or not names:
+        return False
+    lowered = {n.lower() for n in names}
+    return any(w.lower() in lowered for w in _NAME_WORD.findall(speaker))
 
 
 def favour_named(

@@ -147,3 +147,20 @@ def test_a_query_naming_nobody_reads_only_the_records_it_returns(
     # One read of the head (all six memories here, under SPEAKER_READ), none read twice.
     assert len(store.asked) == 1 and len(store.asked[0]) == min(len(CHAT), SPEAKER_READ)
     assert [h.record.context.speaker for h in found if h.record.context] == ["Caroline", "Melanie"]
+
+
+def test_a_lowercase_name_counts_once_the_speaker_is_known(
+    chat: tuple[Path, LocalEmbedder],
+) -> None:
+    """ "caroline" is a speaker's name only for a process that has seen her memories: the
+    first search of a fresh one learns it from the records it reads."""
+    path, embedder = chat
+    asked = QUESTION.lower()
+    with LongTermMemory(SQLiteStore(path), embedder) as memory:
+        first = memory.search(asked, user_id="u", k=3)
+        again = memory.search(asked, user_id="u", k=3)
+    speaker = [
+        [h.record.context.speaker for h in hits if h.record.context] for hits in (first, again)
+    ]
+    assert speaker[0][0] == "Melanie"
+    assert speaker[1][0] == "Caroline"

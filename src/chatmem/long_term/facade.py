@@ -266,8 +266,9 @@ class LongTermMemory:
         check_count(k, "k")
         base = filter.model_dump(exclude_none=True) if filter else {}
         scope = Filter.checked({**base, "tenant_id": tenant_id, "user_id": user_id}, "filter")
-        names = ranking.named(query)
-        speakers = self._speakers.named(tenant_id, user_id, names)
+        # Who the query names: capitalised words, and known speakers' names in any case.
+        speakers = self._speakers.named(tenant_id, user_id, query)
+        names = ranking.named(query) | frozenset(speakers)
         share = self.ranking.name_free_share
         # The embedding runs in a thread of its own while the store starts on the words.
         embedding = self._embedding_pool().submit(
@@ -299,7 +300,6 @@ class LongTermMemory:
             return ranked, {}
         head = ranked[: max(k, ranking.SPEAKER_READ)]
         read = {r.id: r for r in self.store.get([s.id for s in head], scope)}
-        self._speakers.saw(read.values())
         speakers = {i: r.context.speaker if r.context else None for i, r in read.items()}
         head = ranking.favour_named(head, speakers, names, self.ranking.speaker_bonus)
         return head + ranked[len(head) :], read
@@ -348,6 +348,7 @@ class LongTermMemory:
                 )
                 repeat = repeats is not None and repeats.seen(record)
                 (repeated if repeat else results).append(found)
+        self._speakers.saw(read.values())
         return results + repeated[: k - len(results)]
 
     def get(

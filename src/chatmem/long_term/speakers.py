@@ -25,6 +25,7 @@ import numpy as np
 
 from chatmem.caches import LRUCache, MiB
 from chatmem.records import MemoryRecord, Vector
+from chatmem.text import STOP_WORDS
 
 #: Bytes of speakers' names kept, for all users together.
 SPEAKERS_BYTES = 1 * MiB
@@ -56,14 +57,25 @@ class Speakers:
                 if not names <= known:
                     self._names.put(key, known | names)
 
-    def named(self, tenant_id: str, user_id: str, names: frozenset[str]) -> list[str]:
-        """The words of ``names`` (``ranking.named``) that are a word of a known speaker's
-        name, in a stable order."""
-        if not names:
+    def named(self, tenant_id: str, user_id: str, query: str) -> list[str]:
+        """The words of ``query`` that are a word of a known speaker's name, case aside
+        ("caroline" names "Caroline"), as the query writes them; a stop word ("will", "may")
+        only when capitalised past the first word."""
+        known = self._names.get((tenant_id, user_id))
+        if not known:
             return []
-        known = self._names.get((tenant_id, user_id)) or frozenset()
-        words = {w for speaker in known for w in _WORD.findall(speaker)}
-        return sorted(names & words)
+        words = {w.lower() for speaker in known for w in _WORD.findall(speaker)}
+        found = []
+        for n, match in enumerate(_WORD.finditer(query)):
+            word = match.group(0)
+            if word[-2:] in ("'s", "’s"):
+                word = word[:-2]
+            if word.lower() not in words or word in found:
+                continue
+            if word.lower() in STOP_WORDS and (n == 0 or not word[0].isupper()):
+                continue
+            found.append(word)
+        return found
 
 
 def without(query: str, words: Iterable[str]) -> str:
