@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -62,16 +62,34 @@ def test_speakers_are_learned_per_tenant_and_user_and_only_their_names_are_taken
 
 def test_the_vector_mixes_the_query_with_it_without_the_speakers(embedder: LocalEmbedder) -> None:
     query = "What kind of art does Caroline make?"
-    asked = embedder.embed_query(query)
-    rest = embedder.embed_query("What kind of art does make?")
-    mixed = name_free_vector(embedder.embed_query, query, ["Caroline"], 0.7)
+    embed = embedder.embed_queries
+    # The two texts in one call of the model, as a search embeds them.
+    asked, rest = LocalEmbedder().embed_queries([query, "What kind of art does make?"])
+    mixed = name_free_vector(embed, query, ["Caroline"], 0.7)
     expected = 0.3 * asked + 0.7 * rest
     assert np.allclose(mixed, expected / np.linalg.norm(expected), atol=1e-6)
     assert float(np.linalg.norm(mixed)) == pytest.approx(1.0, abs=1e-5)
-    assert np.array_equal(name_free_vector(embedder.embed_query, query, [], 0.7), asked)
-    assert np.array_equal(name_free_vector(embedder.embed_query, query, ["Caroline"], 0), asked)
-    alone = name_free_vector(embedder.embed_query, "Caroline?", ["Caroline"], 0.7)
-    assert np.array_equal(alone, embedder.embed_query("Caroline?"))
+    alone = embedder.embed_query(query)
+    assert np.array_equal(name_free_vector(embed, query, [], 0.7), alone)
+    assert np.array_equal(name_free_vector(embed, query, ["Caroline"], 0), alone)
+    only = name_free_vector(embed, "Caroline?", ["Caroline"], 0.7)
+    assert np.array_equal(only, embedder.embed_query("Caroline?"))
+
+
+def test_queries_embedded_together_are_cached_together() -> None:
+    """The fast model scales activations per call: the pair's vectors differ a little from
+    each text's alone, and the same pair always gets the same vectors."""
+    fresh = LocalEmbedder()
+    both = fresh.embed_queries(["where is the cat?", "where is?"])
+    assert both.shape == (2, 384)
+    calls = fresh.query_calls
+    assert np.array_equal(fresh.embed_queries(["where is the cat?", "where is?"]), both)
+    assert fresh.query_calls == calls  # from the cache
+    alone = fresh.embed_query("where is the cat?")
+    assert fresh.query_calls == calls + 1
+    assert float(alone @ both[0]) > 0.98
+    assert np.array_equal(fresh.embed_queries(["where is the cat?"])[0], alone)
+    assert fresh.embed_queries([]).shape == (0, 384)
 
 
 def test_a_share_outside_0_1_is_refused_naming_the_field() -> None:
@@ -87,9 +105,9 @@ class Recording(LocalEmbedder):
         super().__init__()
         self.queries: list[str] = []
 
-    def embed_query(self, text: str) -> Vector:
-        self.queries.append(text)
-        return super().embed_query(text)
+    def embed_queries(self, texts: Sequence[str]) -> Vector:
+        self.queries += texts
+        return super().embed_queries(texts)
 
 
 @pytest.fixture

@@ -32,3 +32,12 @@ def embed_query(embedder: Embedder, text: str) -> Vector:
         return vector
     row: Vector = embedder.embed([text])[0]
     return row
+
+
+def embed_queries(embedder: Embedder, texts: Sequence[str]) -> list[Vector]:
+    """Several search queries' vectors: in one call where the embedder can
+    (``LocalEmbedder.embed_queries``), else one ``embed_query`` each."""
+    own = getattr(embedder, "embed_queries", None)
+    if callable(own):
+        return list(own(texts))
+    return [embed_query(embedder, text) for text in texts]

@@ -16,7 +16,7 @@ import pydantic
 
 from chatmem import ranking
 from chatmem import text as textlib
-from chatmem.embeddings import Embedder, LocalEmbedder, embed_query
+from chatmem.embeddings import Embedder, LocalEmbedder, embed_queries
 from chatmem.errors import NotFoundError, ValidationError
 from chatmem.long_term import jsonl
 from chatmem.long_term.inputs import MessageLike, heard_messages, message_items
@@ -272,7 +272,7 @@ class LongTermMemory:
         share = self.ranking.name_free_share
         # The embedding runs in a thread of its own while the store starts on the words.
         embedding = self._embedding_pool().submit(
-            name_free_vector, self._embed_query, query, speakers, share
+            name_free_vector, self._embed_queries, query, speakers, share
         )
         candidates = self.store.search(
             SearchQuery(
@@ -287,8 +287,8 @@ class LongTermMemory:
         ranked, read = self._favour_named(ranked, names, scope, k)
         return self._read(ranked, scope, k, current_only, read)
 
-    def _embed_query(self, text: str) -> Vector:
-        return embed_query(self.embedder, text)
+    def _embed_queries(self, texts: Sequence[str]) -> list[Vector]:
+        return embed_queries(self.embedder, texts)
 
     def _favour_named(
         self, ranked: list[ranking.Scored], names: frozenset[str], scope: Filter, k: int

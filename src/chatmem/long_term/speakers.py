@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -88,15 +88,19 @@ def without(query: str, words: Iterable[str]) -> str:
 
 
 def name_free_vector(
-    embed: Callable[[str], Vector], query: str, speakers: list[str], share: float
+    embed: Callable[[Sequence[str]], Sequence[Vector]],
+    query: str,
+    speakers: list[str],
+    share: float,
 ) -> Vector:
     """The query's vector: ``share`` of it from ``query`` without ``speakers``' names, the
     rest from ``query`` as asked (L2-normalised); the query as asked when there is nothing
-    to take out, or nothing left without it."""
-    asked = embed(query)
+    to take out, or nothing left without it. ``embed`` embeds queries, the two in one call
+    where it can (``embeddings.embed_queries``)."""
     rest = without(query, speakers) if speakers and share > 0 else ""
     if not rest:
-        return asked
-    mixed = (1.0 - share) * asked + share * embed(rest)
+        return embed([query])[0]
+    asked, other = embed([query, rest])
+    mixed = (1.0 - share) * asked + share * other
     norm = float(np.linalg.norm(mixed))
     return (mixed / norm).astype(np.float32) if norm > 0 else asked
