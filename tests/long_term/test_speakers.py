@@ -159,3 +159,21 @@ def test_a_process_that_did_not_add_the_memories_learns_the_speakers_from_its_re
         "What does Caroline paint?",
         "What does paint?",
     ]
+
+
+def test_an_endpoint_embedder_gets_the_query_and_its_name_free_copy_in_one_request(
+    tmp_path: Path,
+) -> None:
+    from chatmem import OpenAIEmbedder
+    from chatmem.testing import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(dimension=8) as server:
+        embedder = OpenAIEmbedder("scripted-embedder", 8, base_url=server.base_url)
+        with LongTermMemory(SQLiteStore(tmp_path / "e.db"), embedder) as memory:
+            message = {"role": "user", "name": "Caroline", "content": "I paint by the lake."}
+            memory.add([message], user_id="u", session_id="s")
+            server.requests.clear()
+            memory.search("What does Caroline paint?", user_id="u", k=1)
+        embedder.close()
+    inputs = [r["input"] for r in server.requests if "input" in r]
+    assert inputs == [["What does Caroline paint?", "What does paint?"]]

@@ -36,8 +36,11 @@ def embed_query(embedder: Embedder, text: str) -> Vector:
 
 def embed_queries(embedder: Embedder, texts: Sequence[str]) -> list[Vector]:
     """Several search queries' vectors: in one call where the embedder can
-    (``LocalEmbedder.embed_queries``), else one ``embed_query`` each."""
-    own = getattr(embedder, "embed_queries", None)
-    if callable(own):
-        return list(own(texts))
-    return [embed_query(embedder, text) for text in texts]
+    (``LocalEmbedder.embed_queries``, or ``embed`` of an embedder with no query model of
+    its own: one request to an endpoint), else one ``embed_query`` each."""
+    together = getattr(embedder, "embed_queries", None)
+    if callable(together):
+        return list(together(texts))
+    if callable(getattr(embedder, "embed_query", None)):
+        return [embed_query(embedder, text) for text in texts]
+    return list(embedder.embed(list(texts))) if texts else []
