@@ -254,7 +254,9 @@ class LongTermMemory:
         """Hybrid search of one user's memories: the best ``k`` with a fused score of at
         least ``threshold`` (see ``chatmem.ranking`` for the score); a memory whose speaker
         said the same words in one ranked above it only where too few others pass
-        (``RankingConfig.repeats_last``).
+        (``RankingConfig.repeats_last``). What someone the query names said ranks higher
+        (``speaker_bonus``), and the query's vector leaves out the names of the speakers it
+        names (``name_free_share``, ``chatmem.long_term.speakers``).
 
         Facts that were superseded (``valid_to`` in the past) are left out unless
         ``include_superseded`` is set or the filter asks for a moment (``valid_at``, or
