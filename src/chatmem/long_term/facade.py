@@ -286,22 +286,34 @@ class LongTermMemory:
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
         ranked = ranking.select(ranking.fuse(candidates, self.ranking), len(candidates), threshold)
-        ranked, read = self._favour_named(ranked, names, scope, k)
+        ranked, read = self._favour_named(ranked, query, names, scope, k)
         return self._read(ranked, scope, k, current_only, read)
 
     def _embed_queries(self, texts: Sequence[str]) -> list[Vector]:
         return embed_queries(self.embedder, texts)
 
     def _favour_named(
-        self, ranked: list[ranking.Scored], names: frozenset[str], scope: Filter, k: int
+        self,
+        ranked: list[ranking.Scored],
+        query: str,
+        names: frozenset[str],
+        scope: Filter,
+        k: int,
     ) -> tuple[list[ranking.Scored], dict[str, MemoryRecord]]:
         """``ranked`` with its first ``SPEAKER_READ`` (k where k is more) reordered by
         ``ranking.favour_named`` when the query names someone (``names``), and the records
-        read to learn who said them (none when it names nobody)."""
-        if not names or self.ranking.speaker_bonus <= 0 or not ranked:
+        read to learn who said them. None are read when it names nobody, unless this process
+        knows nothing of the user yet: then the first search reads them to learn the user's
+        speakers, so that a name written in lower case ("caroline") counts from the start."""
+        tenant, user = scope.tenant_id, scope.require_user()
+        first = not self._speakers.knows(tenant, user)
+        if (not names and not first) or self.ranking.speaker_bonus <= 0 or not ranked:
             return ranked, {}
         head = ranked[: max(k, ranking.SPEAKER_READ)]
         read = {r.id: r for r in self.store.get([s.id for s in head], scope)}
+        if first:
+            self._speakers.saw(read.values())
+            names |= frozenset(self._speakers.named(tenant, user, query))
         speakers = {i: r.context.speaker if r.context else None for i, r in read.items()}
         head = ranking.favour_named(head, speakers, names, self.ranking.speaker_bonus)
         return head + ranked[len(head) :], read

@@ -46,16 +46,22 @@ class Speakers:
         self._lock = threading.Lock()
 
     def saw(self, records: Iterable[MemoryRecord]) -> None:
-        """Remember the speakers of ``records``, each under its own tenant and user."""
+        """Remember the speakers of ``records``, each under its own tenant and user (a user
+        whose records name no speaker is remembered too, with none)."""
         said: dict[_User, set[str]] = {}
         for r in records:
+            names = said.setdefault((r.tenant_id, r.user_id), set())
             if r.context and r.context.speaker:
-                said.setdefault((r.tenant_id, r.user_id), set()).add(r.context.speaker)
+                names.add(r.context.speaker)
         for key, names in said.items():
             with self._lock:
-                known = self._names.get(key) or frozenset()
-                if not names <= known:
-                    self._names.put(key, known | names)
+                known = self._names.get(key)
+                if known is None or not names <= known:
+                    self._names.put(key, (known or frozenset()) | names)
+
+    def knows(self, tenant_id: str, user_id: str) -> bool:
+        """Whether any memory of the user was seen (and still remembered)."""
+        return (tenant_id, user_id) in self._names
 
     def named(self, tenant_id: str, user_id: str, query: str) -> list[str]:
         """The words of ``query`` that are a word of a known speaker's name, case aside
