@@ -14,7 +14,7 @@ from chatmem import LongTermMemory, RankingConfig, ValidationError
 from chatmem.embeddings import LocalEmbedder
 from chatmem.long_term.speakers import Speakers, name_free_vector, without
 from chatmem.ranking import named
-from chatmem.records import Context, MemoryRecord, Vector
+from chatmem.records import Context, Filter, MemoryRecord, Vector
 from chatmem.stores.sqlite import SQLiteStore
 
 
@@ -177,3 +177,27 @@ def test_an_endpoint_embedder_gets_the_query_and_its_name_free_copy_in_one_reque
         embedder.close()
     inputs = [r["input"] for r in server.requests if "input" in r]
     assert inputs == [["What does Caroline paint?", "What does paint?"]]
+
+
+def test_a_restricted_memorys_speaker_never_changes_how_a_query_is_embedded(
+    tmp_path: Path, recording: Recording
+) -> None:
+    """The speakers book is shared by every reader of a user: a speaker known only from
+    memories some readers may not see must not shape anyone's query."""
+    with LongTermMemory(SQLiteStore(tmp_path / "r.db"), recording) as memory:
+        said = {"role": "user", "name": "Osei", "content": "The biopsy came back benign."}
+        memory.add([said], user_id="u", session_id="s", allowed_roles=["clinician"])
+        open_turn = {"role": "user", "name": "Ana", "content": "I walked the dog."}
+        memory.add([open_turn], user_id="u", session_id="t")
+        # A clinician's search reads the restricted turn; nobody learns its speaker.
+        memory.search(
+            "What did Osei say?", user_id="u", k=2, filter=Filter(reader_roles=["clinician"])
+        )
+        memory.search("What did Osei say?", user_id="u", k=2)
+        memory.search("What did Ana do?", user_id="u", k=2)
+    assert recording.queries == [
+        "What did Osei say?",
+        "What did Osei say?",
+        "What did Ana do?",
+        "What did do?",
+    ]

@@ -47,11 +47,13 @@ class Speakers:
 
     def saw(self, records: Iterable[MemoryRecord]) -> None:
         """Remember the speakers of ``records``, each under its own tenant and user (a user
-        whose records name no speaker is remembered too, with none)."""
+        whose records name no speaker is remembered too, with none). A restricted memory's
+        speaker is not learned: the book is shared by every reader of the user, and what a
+        reader may not see must not change how their query is embedded or ranked."""
         said: dict[_User, set[str]] = {}
         for r in records:
             names = said.setdefault((r.tenant_id, r.user_id), set())
-            if r.context and r.context.speaker:
+            if r.context and r.context.speaker and not r.access_control.allowed_roles:
                 names.add(r.context.speaker)
         for key, names in said.items():
             with self._lock:
