@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -184,8 +184,15 @@ class Repeats:
 #: How many of a ranking's first memories ``favour_named`` reorders (k where k is more).
 SPEAKER_READ = 20
 
-#: A word as ``named`` reads it: letters and digits, inner apostrophes kept.
-_NAME_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+#: A word as a name is written: letters and digits, inner apostrophes kept.
+NAME_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+
+
+def name_words(text: str) -> Iterator[str]:
+    """The words of ``text`` as written (``NAME_WORD``), a possessive 's removed, in order."""
+    for match in NAME_WORD.finditer(text):
+        word = match.group(0)
+        yield word[:-2] if word[-2:] in ("'s", "’s") else word
 
 
 def named(query: str) -> frozenset[str]:
@@ -193,10 +200,7 @@ def named(query: str) -> frozenset[str]:
     start with a capital letter, a possessive 's removed; the first word only when it is no
     stop word ("What", "Did")."""
     found = set()
-    for n, match in enumerate(_NAME_WORD.finditer(query)):
-        word = match.group(0)
-        if word[-2:] in ("'s", "’s"):
-            word = word[:-2]
+    for n, word in enumerate(name_words(query)):
         if len(word) > 1 and word[0].isupper() and not (n == 0 and word.lower() in STOP_WORDS):
             found.add(word)
     return frozenset(found)
@@ -208,7 +212,7 @@ def said_by(speaker: str | None, names: frozenset[str]) -> bool:
     if not speaker or not names:
         return False
     lowered = {n.lower() for n in names}
-    return any(w.lower() in lowered for w in _NAME_WORD.findall(speaker))
+    return any(w.lower() in lowered for w in NAME_WORD.findall(speaker))
 
 
 def favour_named(

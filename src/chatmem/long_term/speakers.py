@@ -24,13 +24,13 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from chatmem.caches import LRUCache, MiB
+from chatmem.ranking import NAME_WORD, name_words
 from chatmem.records import MemoryRecord, Vector
 from chatmem.text import STOP_WORDS
 
 #: Bytes of speakers' names kept, for all users together.
 SPEAKERS_BYTES = 1 * MiB
 
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _User = tuple[str, str]
 
 
@@ -72,12 +72,9 @@ class Speakers:
         known = self._names.get((tenant_id, user_id))
         if not known:
             return []
-        words = {w.lower() for speaker in known for w in _WORD.findall(speaker)}
-        found = []
-        for n, match in enumerate(_WORD.finditer(query)):
-            word = match.group(0)
-            if word[-2:] in ("'s", "’s"):
-                word = word[:-2]
+        words = {w.lower() for speaker in known for w in NAME_WORD.findall(speaker)}
+        found: list[str] = []
+        for n, word in enumerate(name_words(query)):
             if word.lower() not in words or word in found:
                 continue
             if word.lower() in STOP_WORDS and (n == 0 or not word[0].isupper()):
@@ -92,7 +89,7 @@ def without(query: str, words: Iterable[str]) -> str:
     for word in words:
         query = re.sub(rf"(?<![^\W_]){re.escape(word)}(?:['’]s)?(?![^\W_])", " ", query)
     rest = re.sub(r"\s+", " ", query).strip()
-    return rest if _WORD.search(rest) else ""
+    return rest if NAME_WORD.search(rest) else ""
 
 
 def name_free_vector(
