@@ -70,10 +70,10 @@ class RankingConfig:
     repeats_last: bool = True
     #: Added to the fused score of a memory said by someone the query names
     #: (``favour_named``), among the first ``SPEAKER_READ`` (at least k) of a search; 0: off.
-    speaker_bonus: float = 0.1
+    speaker_bonus: float = 0.15
     #: The share of the query vector taken from the query without the names of the
     #: speakers it names (``long_term.speakers``); 0: the query as asked.
-    name_free_share: float = 0.7
+    name_free_share: float = 0.85
 
     def __post_init__(self) -> None:
         if self.vector_weight < 0 or self.keyword_weight < 0:

@@ -6,8 +6,9 @@ A memory said in a conversation (it has a ``Context``) is indexed as
 - ``before`` / ``after``: the neighbouring messages, ``"<speaker>: <text>"``;
 - ``when``: the day it was said, in words ("8 May 2023");
 
-and embedded as ``"[<when>] <speaker>: <text>"``. A plain fact is indexed and embedded as its
-text alone. On LoCoMo each of these lifted evidence recall (docs/benchmarks.md).
+and embedded as ``"<speaker>: <text>"``, the day left to the keyword half. A plain fact is
+indexed and embedded as its text alone. On LoCoMo each of these lifted evidence recall
+(docs/benchmarks.md).
 
 A text longer than one memory holds (``MAX_TEXT_CHARS``, a pasted document) is stored as
 parts (``memory_texts``); a text that must stay one memory is cut visibly (``clip``).
@@ -228,23 +229,27 @@ def said_on(moment: datetime) -> str:
 
 def index_fields(record: MemoryRecord) -> IndexFields:
     """What the keyword half indexes for ``record`` (see the module docstring)."""
-    text = record.content.raw
-    if record.content.summary:
-        text = f"{text}\n{record.content.summary}"
+    text = embedding_text(record)
     context = record.context
     if context is None:
         return IndexFields(text, "", "", "")
-    if context.speaker:
-        text = f"{context.speaker}: {text}"
     return IndexFields(
         text, context.before or "", context.after or "", said_on(record.time.created_at)
     )
 
 
 def embedding_text(record: MemoryRecord) -> str:
-    """What the embedder embeds for ``record``."""
-    fields = index_fields(record)
-    return f"[{fields.when}] {fields.text}" if fields.when else fields.text
+    """What the embedder embeds for ``record``: ``"<speaker>: <text>"`` (plus its summary),
+    without the day it was said. The day is the keyword half's (``index_fields``); in the
+    vector it made the memories of one day alike, whatever they were about, and crowded a
+    top 10 with one session (docs/benchmarks.md, "The day out of the vector")."""
+    text = record.content.raw
+    if record.content.summary:
+        text = f"{text}\n{record.content.summary}"
+    context = record.context
+    if context is not None and context.speaker:
+        text = f"{context.speaker}: {text}"
+    return text
 
 
 #: The parts of a text too long for one memory are at most this many characters (about

@@ -76,6 +76,20 @@ def test_the_vector_mixes_the_query_with_it_without_the_speakers(embedder: Local
     assert np.array_equal(only, embedder.embed_query("Caroline?"))
 
 
+def test_a_share_of_1_embeds_only_the_query_without_the_names() -> None:
+    """At ``name_free_share`` 1 the query as asked weighs nothing: it is not embedded, so a
+    named query costs one embedding, as an unnamed one does."""
+    asked: list[list[str]] = []
+
+    def embed(texts: Sequence[str]) -> list[Vector]:
+        asked.append(list(texts))
+        return [np.full(4, float(n + 1), dtype=np.float32) / 2 for n in range(len(texts))]
+
+    vector = name_free_vector(embed, "What does Caroline paint?", ["Caroline"], 1.0)
+    assert asked == [["What does paint?"]]
+    assert np.array_equal(vector, np.full(4, 0.5, dtype=np.float32))
+
+
 def test_queries_embedded_together_are_cached_together() -> None:
     """The fast model scales activations per call: the pair's vectors differ a little from
     each text's alone, and the same pair always gets the same vectors."""

@@ -99,12 +99,14 @@ def name_free_vector(
     share: float,
 ) -> Vector:
     """The query's vector: ``share`` of it from ``query`` without ``speakers``' names, the
-    rest from ``query`` as asked (L2-normalised); the query as asked when there is nothing
-    to take out, or nothing left without it. ``embed`` embeds queries, the two in one call
-    where it can (``embeddings.embed_queries``)."""
+    rest from ``query`` as asked (L2-normalised), only the first when ``share`` is 1; the
+    query as asked when there is nothing to take out, or nothing left without it. ``embed``
+    embeds queries, the two in one call where it can (``embeddings.embed_queries``)."""
     rest = without(query, speakers) if speakers and share > 0 else ""
     if not rest:
         return embed([query])[0]
+    if share >= 1.0:
+        return embed([rest])[0]  # one text to embed: the query as asked would weigh 0
     asked, other = embed([query, rest])
     mixed = (1.0 - share) * asked + share * other
     norm = float(np.linalg.norm(mixed))
