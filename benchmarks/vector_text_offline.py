@@ -149,7 +149,7 @@ def run(root: Path, texts: list[str], settings: list[tuple[float, float]]) -> di
                 ranker = Ranker(embedder, speakers, share, bonus)
                 key = f"{variant} share {share} bonus {bonus}"
                 results.setdefault(key, {})[name] = ro.evaluate(
-                    items, lambda it: ranker.rank(it, *mats[it.q.user])
+                    items, lambda it, r=ranker, m=mats: r.rank(it, *m[it.q.user])
                 )
                 print(key, name, file=sys.stderr, flush=True)
     return results
