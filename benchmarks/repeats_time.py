@@ -1,7 +1,8 @@
 """What a ranking setting costs a search (issue 18): ``LongTermMemory.search`` and
 ``chatmem.retrieval.search`` with ``RankingConfig.repeats_last`` (or, with ``--setting``,
 ``speaker_bonus``: the bonus for memories said by someone the query names, or
-``name_free_share``: the query vector without the speakers' names) on and off, on one
+``name_free_share``: the query vector without the speakers' names, or ``time_bonus``: the
+bonus for memories that say when, to questions about time) on and off, on one
 store, the two timed in turn query by query (the first of each pair alternates), after a
 warm-up round that fills the query-embedding cache for both.
 
@@ -10,6 +11,8 @@ The store: every LoCoMo turn added one at a time (the live path of
 
     python benchmarks/repeats_time.py --data $LOCOMO --dir /tmp/chatmem-repeats --json out.json
     python benchmarks/repeats_time.py --data $LOCOMO --setting speaker_bonus --json out.json
+    # the default against another value ("off" is then that value):
+    python benchmarks/repeats_time.py --data $LOCOMO --setting name_free_share --off 1 --cold
 """
 
 from __future__ import annotations
@@ -43,6 +46,30 @@ def build(data: Path, workdir: Path) -> None:
         system._mem.close()
 
 
+def _off(setting: str, value: float | None) -> float | bool:
+    """The setting's value on the "off" side: ``value`` when given, else none of it."""
+    if value is not None:
+        return value
+    return 0.0 if setting in ("speaker_bonus", "name_free_share", "time_bonus") else False
+
+
+def _questions(data: Path, unnamed: bool, asks_time: bool) -> list[tuple[str, str]]:
+    """Each LoCoMo question with its user; ``unnamed``: without the names of the speakers of
+    its conversation ("When did go to the support group?"), those left blank dropped;
+    ``asks_time``: only those ``ranking.asks_when`` takes as questions about time."""
+    from chatmem.long_term.speakers import without
+    from chatmem.ranking import asks_when
+
+    out = []
+    for conv in load_locomo(data):
+        names = {w for t in conv.turns for w in t.speaker.split()}
+        for q in conv.questions:
+            text = without(q.question, names) if unnamed else q.question
+            if text and (asks_when(text) or not asks_time):
+                out.append((lr.user_id_for(conv), text))
+    return out
+
+
 def timed(call: Callable[..., Any], *args: Any) -> float:
     t0 = time.perf_counter()
     call(*args)
@@ -57,12 +84,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=10, help="LongTermMemory.search's k (10)")
     p.add_argument(
         "--setting",
-        choices=("repeats_last", "speaker_bonus", "name_free_share"),
+        choices=("repeats_last", "speaker_bonus", "name_free_share", "time_bonus"),
         default="repeats_last",
     )
     p.add_argument(
         "--cold", action="store_true", help="no query-embedding cache: every search embeds"
     )
+    p.add_argument(
+        "--off",
+        type=float,
+        default=None,
+        help="the setting's value on the 'off' side (default: 0 or False)",
+    )
+    p.add_argument(
+        "--unnamed",
+        action="store_true",
+        help="the questions with their speakers' names taken out (a user asking of themselves)",
+    )
+    p.add_argument("--asks-when", action="store_true", help="only the questions about time")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     build(args.data, args.dir)
@@ -77,11 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     off = LongTermMemory(
         SQLiteStore(args.dir / "chatmem.db"),
         embedder,
-        ranking_config=RankingConfig(
-            **{args.setting: 0.0 if args.setting == "speaker_bonus" else False}
-        ),
+        ranking_config=RankingConfig(**{args.setting: _off(args.setting, args.off)}),
     )
-    asked = [(lr.user_id_for(c), q.question) for c in load_locomo(args.data) for q in c.questions]
+    asked = _questions(args.data, args.unnamed, args.asks_when)
     paths: dict[str, Callable[[LongTermMemory, str, str], Any]] = {
         "LongTermMemory.search": lambda m, u, q: m.search(q, user_id=u, k=args.k, threshold=0.0),
         "retrieval.search": lambda m, u, q: search(m, q, user_id=u),
@@ -123,6 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "k": args.k,
             "setting": args.setting,
             "cold": args.cold,
+            "unnamed": args.unnamed,
+            "asks_when": args.asks_when,
+            "off": _off(args.setting, args.off),
         }
         args.json.write_text(json.dumps({"paths": result, "meta": meta}, indent=1) + "\n")
     return 0

@@ -5,8 +5,9 @@ Reads the candidates that ``rerank_offline.py dump`` stored (LoCoMo and the synt
 built by the live path) and ranks every question as ``LongTermMemory.search`` does: the
 query's vector mixed from the query as asked and without the speakers it names
 (``name_free_share``), the vector half's best 50 over all of the user's memories, the stored
-keyword half, ``ranking.fuse``, the speaker bonus over the first 20, repeats last. Only the
-memories' vectors change between variants: each memory is embedded again, one text per call
+keyword half, ``ranking.fuse``, the speaker bonus (and, given, the time bonus) over the
+first 20, repeats last. Only the memories' vectors and these settings change between
+variants: each memory is embedded again, one text per call
 as the store does, from
 
 - ``stored``: the vectors as the store holds them (``chatmem.text.embedding_text`` of the
@@ -21,6 +22,8 @@ The variant ``stored`` with the shipped settings gives the live benchmarks' figu
     python benchmarks/rerank_offline.py dump --data $LOCOMO --dir /tmp/rr       # ~10 min
     python benchmarks/vector_text_offline.py --dir /tmp/rr --texts stored,day,no-day \\
         --settings 0.7/0.1,0.85/0.15 --json /tmp/vector-text.json                 # ~5 min
+    python benchmarks/vector_text_offline.py --dir /tmp/rr --texts stored \
+        --settings 0.85/0.15/0,0.85/0.15/0.05                                     # ~1 min
 """
 
 from __future__ import annotations
@@ -67,8 +70,11 @@ def memory_text(raw: dict[str, Any], n: int, variant: str) -> str:
 class Ranker:
     """Ranks a dumped question as ``LongTermMemory.search`` does, on given memory vectors."""
 
-    def __init__(self, embedder: Any, speakers: Any, share: float, bonus: float) -> None:
+    def __init__(
+        self, embedder: Any, speakers: Any, share: float, bonus: float, time: float = 0.0
+    ) -> None:
         self.embedder, self.speakers, self.share, self.bonus = embedder, speakers, share, bonus
+        self.time = time
         self._queries: dict[tuple[str, ...], np.ndarray] = {}
 
     def query_vector(self, item: ro.Item) -> np.ndarray:
@@ -98,7 +104,15 @@ class Ranker:
         names = ranking.named(item.q.text)
         names |= frozenset(self.speakers.named("default", item.q.user, item.q.text))
         head = scored[: ranking.SPEAKER_READ]
-        head = ranking.favour_named(head, item.user.speaker, names, self.bonus)
+        when = self.time > 0 and ranking.asks_when(item.q.text)
+        extra = {}
+        for s in head:
+            bonus = self.bonus if ranking.said_by(item.user.speaker[s.id], names) else 0.0
+            if when and ranking.says_when(item.user.text[s.id]):
+                bonus += self.time
+            if bonus:
+                extra[s.id] = bonus
+        head = ranking.favour(head, extra)
         return _repeats_last([s.id for s in head + scored[len(head) :]], item)
 
 
@@ -126,7 +140,10 @@ def vectors(embedder: Any, raw: dict[str, Any], variant: str) -> np.ndarray:
     return np.stack([embedder.embed([t])[0] for t in texts]).astype(np.float32)
 
 
-def run(root: Path, texts: list[str], settings: list[tuple[float, float]]) -> dict[str, Any]:
+Setting = tuple[float, float, float]
+
+
+def run(root: Path, texts: list[str], settings: list[Setting]) -> dict[str, Any]:
     import pickle
 
     from chatmem.embeddings import LocalEmbedder
@@ -145,9 +162,9 @@ def run(root: Path, texts: list[str], settings: list[tuple[float, float]]) -> di
             speakers._names.put(("default", user), frozenset(s for s in raw["speaker"] if s))
         for variant in texts:
             mats = {u: (raw["ids"], vectors(embedder, raw, variant)) for u, raw in users.items()}
-            for share, bonus in settings:
-                ranker = Ranker(embedder, speakers, share, bonus)
-                key = f"{variant} share {share} bonus {bonus}"
+            for share, bonus, time in settings:
+                ranker = Ranker(embedder, speakers, share, bonus, time)
+                key = f"{variant} share {share} bonus {bonus}" + (f" time {time}" if time else "")
                 results.setdefault(key, {})[name] = ro.evaluate(
                     items, lambda it, r=ranker, m=mats: r.rank(it, *m[it.q.user])
                 )
@@ -155,17 +172,26 @@ def run(root: Path, texts: list[str], settings: list[tuple[float, float]]) -> di
     return results
 
 
+def _setting(text: str) -> Setting:
+    parts = [float(p) for p in text.split("/")]
+    return (parts[0], parts[1], parts[2] if len(parts) > 2 else 0.0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", type=Path, default=Path("/tmp/rr"))
     p.add_argument("--texts", default="stored,no-day", help=f"comma-separated of {TEXTS}")
-    p.add_argument("--settings", default="0.85/0.15", help="name-free share/speaker bonus, ...")
+    p.add_argument(
+        "--settings",
+        default="0.85/0.15/0.05",
+        help="name-free share/speaker bonus[/time bonus], comma-separated",
+    )
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     texts = [t for t in args.texts.split(",") if t]
     if unknown := set(texts) - set(TEXTS):
         p.error(f"unknown --texts: {sorted(unknown)}")
-    settings = [(float(a), float(b)) for a, b in (s.split("/") for s in args.settings.split(","))]
+    settings = [_setting(s) for s in args.settings.split(",") if s]
     results = run(args.dir, texts, settings)
     ro.print_table(results)
     if args.json:

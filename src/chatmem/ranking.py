@@ -32,6 +32,10 @@ answer (docs/benchmarks.md, "Multi-hop without an LLM (2026-11-27)").
 ``favour_named`` gives ``RankingConfig.speaker_bonus`` to memories said by someone the query
 names ("What kind of art does Caroline make?" favours what Caroline said over what was said
 to her), among the first of a ranking (docs/benchmarks.md, "Who said it (issue 18)").
+``RankingConfig.time_bonus`` likewise favours, for a question that asks about time
+(``asks_when``: "When did John organize the tournament?"), the memories that place
+something in time (``says_when``: "I held a gaming tourney last night"), over later turns
+that only talk about it (docs/benchmarks.md, "When: a memory that says when").
 """
 
 from __future__ import annotations
@@ -74,6 +78,10 @@ class RankingConfig:
     #: The share of the query vector taken from the query without the names of the
     #: speakers it names (``long_term.speakers``); 0: the query as asked.
     name_free_share: float = 0.85
+    #: Added to the fused score of a memory that says when something happened
+    #: (``says_when``), among the first ``SPEAKER_READ`` (at least k) of a search whose
+    #: query asks about time (``asks_when``); 0: off.
+    time_bonus: float = 0.05
 
     def __post_init__(self) -> None:
         if self.vector_weight < 0 or self.keyword_weight < 0:
@@ -92,6 +100,8 @@ class RankingConfig:
             raise ValidationError("must be between 0 and 1", field="ranking.speaker_bonus")
         if not 0 <= self.name_free_share <= 1:
             raise ValidationError("must be between 0 and 1", field="ranking.name_free_share")
+        if not 0 <= self.time_bonus <= 1:
+            raise ValidationError("must be between 0 and 1", field="ranking.time_bonus")
 
 
 DEFAULT_RANKING = RankingConfig()
@@ -219,16 +229,57 @@ def favour_named(
     head: list[Scored], speakers: Mapping[str, str | None], names: frozenset[str], bonus: float
 ) -> list[Scored]:
     """``head`` reordered with ``bonus`` added to the score of each memory said by someone
-    of ``names`` (``speakers``: the speaker of each id); ties keep ``head``'s order. A score
-    stays within [0, 1] as reported; the order follows the sum."""
+    of ``names`` (``speakers``: the speaker of each id); see ``favour``."""
     if not names or bonus <= 0:
+        return head
+    return favour(head, {s.id: bonus for s in head if said_by(speakers.get(s.id), names)})
+
+
+def favour(head: list[Scored], extra: Mapping[str, float]) -> list[Scored]:
+    """``head`` reordered by each memory's score plus its ``extra`` (by id); ties keep
+    ``head``'s order. A score stays within [0, 1] as reported; the order follows the sum."""
+    if not extra:
         return head
     ordered = []
     for place, s in enumerate(head):
-        total = s.score + bonus if said_by(speakers.get(s.id), names) else s.score
+        total = s.score + extra.get(s.id, 0.0)
         ordered.append((-total, place, s._replace(score=min(total, 1.0))))
     ordered.sort(key=lambda t: (t[0], t[1]))
     return [t[2] for t in ordered]
+
+
+_MONTHS = "january|february|march|april|june|july|august|september|october|november|december"
+_SPANS = (
+    "monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|week|month|year|night"
+    "|summer|winter|spring|fall|autumn|morning|evening|afternoon"
+)
+#: A question about time: "when", "what date", "how long", "how many weeks", "which year",
+#: a month ("May" only as a month: "in May", "May 2023") or a year, "ago".
+ASKS_TIME = re.compile(
+    r"\b(?:when|what (?:date|day|time|year|month)|how long"
+    r"|how many (?:days|weeks|months|years)|which (?:year|month|day|week)"
+    rf"|{_MONTHS}|(?:in|of|since|during|early|late|mid) may|may,? \d|(?:19|20)\d\d|ago)\b",
+    re.IGNORECASE,
+)
+#: What places something in time: "yesterday", "last night", "next Saturday", "two weeks
+#: ago", "recently", "in June", "July 20", "on Friday", "2022".
+SAYS_TIME = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|recently|lately|the other day|ago"
+    rf"|(?:last|next|this|that|past|coming) (?:{_SPANS})s?"
+    rf"|(?:on|in|since|by|until|during) (?:{_MONTHS}|may)|(?:{_MONTHS}|may),? \d"
+    rf"|(?:on|by|until|since) (?:{_SPANS})s?|(?:19|20)\d\d)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_when(query: str) -> bool:
+    """Whether ``query`` asks about time (``ASKS_TIME``; English)."""
+    return ASKS_TIME.search(query) is not None
+
+
+def says_when(text: str) -> bool:
+    """Whether ``text`` places something in time (``SAYS_TIME``; English)."""
+    return SAYS_TIME.search(text) is not None
 
 
 def select(scored: list[Scored], k: int, threshold: float | None = None) -> list[Scored]:

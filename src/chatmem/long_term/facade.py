@@ -256,7 +256,8 @@ class LongTermMemory:
         said the same words in one ranked above it only where too few others pass
         (``RankingConfig.repeats_last``). What someone the query names said ranks higher
         (``speaker_bonus``), and the query's vector leaves out the names of the speakers it
-        names (``name_free_share``, ``chatmem.long_term.speakers``).
+        names (``name_free_share``, ``chatmem.long_term.speakers``). A question about time
+        favours what says when (``time_bonus``).
 
         Facts that were superseded (``valid_to`` in the past) are left out unless
         ``include_superseded`` is set or the filter asks for a moment (``valid_at``, or
@@ -300,23 +301,34 @@ class LongTermMemory:
         scope: Filter,
         k: int,
     ) -> tuple[list[ranking.Scored], dict[str, MemoryRecord]]:
-        """``ranked`` with its first ``SPEAKER_READ`` (k where k is more) reordered by
-        ``ranking.favour_named`` when the query names someone (``names``), and the records
-        read to learn who said them. None are read when it names nobody, unless this process
-        knows nothing of the user yet: then the first search reads them to learn the user's
-        speakers, so that a name written in lower case ("caroline") counts from the start."""
+        """``ranked`` with its first ``SPEAKER_READ`` (k where k is more) reordered
+        (``ranking.favour``) when the query names someone (``names``: ``speaker_bonus`` to
+        what they said) or asks about time (``ranking.asks_when``: ``time_bonus`` to what
+        says when), and the records read to tell. None are read otherwise, unless this
+        process knows nothing of the user yet: then the first search reads them to learn the
+        user's speakers, so that a name written in lower case ("caroline") counts from the
+        start."""
         tenant, user = scope.tenant_id, scope.require_user()
-        first = not self._speakers.knows(tenant, user)
-        if (not names and not first) or self.ranking.speaker_bonus <= 0 or not ranked:
+        config = self.ranking
+        first = config.speaker_bonus > 0 and not self._speakers.knows(tenant, user)
+        named = config.speaker_bonus > 0 and bool(names)
+        when = config.time_bonus > 0 and ranking.asks_when(query)
+        if not ranked or not (named or when or first):
             return ranked, {}
         head = ranked[: max(k, ranking.SPEAKER_READ)]
         read = {r.id: r for r in self.store.get([s.id for s in head], scope)}
         if first:
             self._speakers.saw(read.values())
             names |= frozenset(self._speakers.named(tenant, user, query))
-        speakers = {i: r.context.speaker if r.context else None for i, r in read.items()}
-        head = ranking.favour_named(head, speakers, names, self.ranking.speaker_bonus)
-        return head + ranked[len(head) :], read
+        extra: dict[str, float] = {}
+        for record in read.values():
+            speaker = record.context.speaker if record.context else None
+            bonus = config.speaker_bonus if ranking.said_by(speaker, names) else 0.0
+            if when and ranking.says_when(record.text):
+                bonus += config.time_bonus
+            if bonus:
+                extra[record.id] = bonus
+        return ranking.favour(head, extra) + ranked[len(head) :], read
 
     def _read(
         self,

@@ -1,0 +1,153 @@
+"""A question about time favours the memories that say when (``RankingConfig.time_bonus``,
+issue 18): "when was the charity tournament?" is answered by the turn that says it happened "last
+weekend", not by the later turns that only talk about it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from chatmem import LongTermMemory, RankingConfig, ValidationError
+from chatmem.embeddings import LocalEmbedder
+from chatmem.ranking import SPEAKER_READ, Scored, asks_when, favour, says_when
+from chatmem.records import Filter, MemoryRecord
+from chatmem.stores.sqlite import SQLiteStore
+
+
+@pytest.mark.parametrize(
+    ("query", "asks"),
+    [
+        ("When did John organize the charity tournament?", True),
+        ("when was ana's birthday party", True),
+        ("How long has Ana lived in Lisbon?", True),
+        ("How many weeks passed between the two adoptions?", True),
+        ("Which year did Tim move?", True),
+        ("What did Caroline paint in May 2023?", True),
+        ("Where was Calvin in August?", True),
+        ("What did Jon do two years ago?", True),
+        ("What may Caroline like?", False),
+        ("May I ask what Ana likes?", False),
+        ("Where does Ana live?", False),
+        ("How many pets does Andrew have?", False),
+    ],
+)
+def test_the_questions_that_ask_about_time(query: str, asks: bool) -> None:
+    assert asks_when(query) is asks
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("I held a gaming tourney with my buddies last night.", True),
+        ("Yesterday my partner and I got back from Rio.", True),
+        ("Let's paint next Saturday!", True),
+        ("I plan to return on July 20.", True),
+        ("I adopted another pup a few weeks ago.", True),
+        ("We moved in 2022, in June.", True),
+        ("I recently started pottery.", True),
+        ("We put together a tournament for our friends.", False),
+        ("I may go, we'll see.", False),
+        ("That's so cool, congrats!", False),
+    ],
+)
+def test_the_memories_that_say_when(text: str, says: bool) -> None:
+    assert says_when(text) is says
+
+
+def test_favour_adds_each_memorys_extra_and_keeps_the_order_of_ties() -> None:
+    head = [Scored("a", 0.70, 0.7, None), Scored("b", 0.66, 0.6, None)]
+    head += [Scored("c", 0.66, 0.6, None), Scored("d", 0.98, 0.9, 1.0)]
+    out = favour(head, {"b": 0.05, "c": 0.05, "d": 0.05})
+    assert [s.id for s in out] == ["d", "b", "c", "a"]
+    assert [s.score for s in out] == pytest.approx([1.0, 0.71, 0.71, 0.70])
+    assert favour(head, {}) == head
+
+
+def test_a_time_bonus_outside_0_1_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationError) as raised:
+        RankingConfig(time_bonus=1.5)
+    assert raised.value.field == "ranking.time_bonus"
+
+
+# -- through LongTermMemory, on a real SQLite store with MiniLM --------------------------------
+
+CHAT = [
+    ("John", "Last weekend my friends and I organized a charity tournament."),
+    ("James", "No way, what did you play?"),
+    (
+        "John",
+        "Fortnite. John's charity tournament with friends raised a lot, organizing it was fun.",
+    ),
+    ("James", "Organizing charity tournaments is awesome, John!"),
+]
+WHEN = "when was the charity tournament?"
+SAYS = CHAT[0][1]
+
+
+class CountingStore(SQLiteStore):
+    """The real SQLite store, counting the ids each ``get`` is asked for."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.asked: list[list[str]] = []
+
+    def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
+        self.asked.append(list(ids))
+        return super().get(ids, scope)
+
+
+@pytest.fixture
+def chat(tmp_path: Path, embedder: LocalEmbedder) -> Iterator[Path]:
+    with LongTermMemory(SQLiteStore(tmp_path / "chat.db"), embedder) as memory:
+        start = datetime(2023, 10, 2, 18, tzinfo=UTC)
+        for minute, (speaker, text) in enumerate(CHAT):
+            message = {"role": "user", "name": speaker, "content": text}
+            memory.add(
+                [message | {"timestamp": start + timedelta(minutes=minute)}],
+                user_id="u",
+                session_id="s1",
+            )
+    yield tmp_path / "chat.db"
+
+
+def _first(path: Path, embedder: LocalEmbedder, query: str, bonus: float) -> list[str]:
+    ranking = RankingConfig(time_bonus=bonus)
+    with LongTermMemory(SQLiteStore(path), embedder, ranking_config=ranking) as memory:
+        return [h.record.text for h in memory.search(query, user_id="u", k=3)]
+
+
+def test_the_turn_that_says_when_comes_before_those_that_only_talk_about_it(
+    chat: Path, embedder: LocalEmbedder
+) -> None:
+    without = _first(chat, embedder, WHEN, 0.0)
+    with_bonus = _first(chat, embedder, WHEN, RankingConfig().time_bonus)
+    # Without the bonus James's reply, which only talks about it, ranks first.
+    assert without[0] == CHAT[3][1] and without[1] == SAYS
+    assert with_bonus[:2] == [SAYS, CHAT[3][1]]
+
+
+def test_a_question_not_about_time_is_ranked_as_without_the_bonus(
+    chat: Path, embedder: LocalEmbedder
+) -> None:
+    asked = "What did John organize with his friends?"
+    assert _first(chat, embedder, asked, RankingConfig().time_bonus) == _first(
+        chat, embedder, asked, 0.0
+    )
+
+
+def test_a_time_question_naming_nobody_reads_the_head_once(
+    chat: Path, embedder: LocalEmbedder
+) -> None:
+    store = CountingStore(chat)
+    with LongTermMemory(store, embedder) as memory:
+        memory.search("what did they play?", user_id="u", k=2)  # learns the speakers
+        store.asked.clear()
+        memory.search("what did they play?", user_id="u", k=2)
+        assert [len(ids) for ids in store.asked] == [2]
+        store.asked.clear()
+        found = memory.search(WHEN, user_id="u", k=2)
+    assert [len(ids) for ids in store.asked] == [min(len(CHAT), SPEAKER_READ)]
+    assert found[0].record.text == SAYS
