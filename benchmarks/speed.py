@@ -667,7 +667,11 @@ def plot(parts: dict[str, Any], path: Path, quick: bool) -> bool:
         panels.append((f"{long['memories']:,} memories of 1-3K characters, k = 50", series))
     if not panels:
         return False
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the measures are written already; only the picture is missing
+        print("plot skipped: matplotlib is not installed (pip install matplotlib)")
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

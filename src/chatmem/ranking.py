@@ -262,14 +262,17 @@ ASKS_TIME = re.compile(
     re.IGNORECASE,
 )
 #: What places something in time: "yesterday", "last night", "next Saturday", "two weeks
-#: ago", "recently", "in June", "July 20", "on Friday", "2022".
+#: ago", "recently", "in June", "July 20", "on Friday", "2022"; matched in lower case.
 SAYS_TIME = re.compile(
     r"\b(?:yesterday|today|tonight|tomorrow|recently|lately|the other day|ago"
     rf"|(?:last|next|this|that|past|coming) (?:{_SPANS})s?"
     rf"|(?:on|in|since|by|until|during) (?:{_MONTHS}|may)|(?:{_MONTHS}|may),? \d"
-    rf"|(?:on|by|until|since) (?:{_SPANS})s?|(?:19|20)\d\d)\b",
-    re.IGNORECASE,
+    rf"|(?:on|by|until|since) (?:{_SPANS})s?|(?:19|20)\d\d)\b"
 )
+#: Only a memory's first characters are read for it: what a chat turn says of when is near
+#: its start, and matching 50 memories of 1-3K characters whole took 8 ms of a k = 50
+#: search (3 ms in lower case without ``re.IGNORECASE``).
+TIME_CHARS = 500
 
 
 def asks_when(query: str) -> bool:
@@ -278,8 +281,9 @@ def asks_when(query: str) -> bool:
 
 
 def says_when(text: str) -> bool:
-    """Whether ``text`` places something in time (``SAYS_TIME``; English)."""
-    return SAYS_TIME.search(text) is not None
+    """Whether the first ``TIME_CHARS`` of ``text`` place something in time
+    (``SAYS_TIME``; English)."""
+    return SAYS_TIME.search(text[:TIME_CHARS].lower()) is not None
 
 
 def select(scored: list[Scored], k: int, threshold: float | None = None) -> list[Scored]:

@@ -51,6 +51,9 @@ def test_the_questions_that_ask_about_time(query: str, asks: bool) -> None:
         ("We put together a tournament for our friends.", False),
         ("I may go, we'll see.", False),
         ("That's so cool, congrats!", False),
+        # Only the first TIME_CHARS are read: a long text's start says when, or nothing does.
+        ("YESTERDAY we " + "talked about the project. " * 100, True),
+        ("We " + "talked about the project. " * 100 + "That was yesterday.", False),
     ],
 )
 def test_the_memories_that_say_when(text: str, says: bool) -> None:
