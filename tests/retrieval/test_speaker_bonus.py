@@ -4,8 +4,7 @@ to her about art."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,8 @@ from hypothesis import strategies as st
 from chatmem import LongTermMemory, RankingConfig
 from chatmem.embeddings import LocalEmbedder
 from chatmem.ranking import SPEAKER_READ, Scored, favour_named, named, said_by
-from chatmem.records import Filter, MemoryRecord
 from chatmem.stores.sqlite import SQLiteStore
+from tests.retrieval.conftest import CountingStore, store_chat
 
 
 @pytest.mark.parametrize(
@@ -90,31 +89,10 @@ CHAT = [
 QUESTION = "What kind of art does Caroline make?"
 
 
-class CountingStore(SQLiteStore):
-    """The real SQLite store, counting the ids each ``get`` is asked for."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.asked: list[list[str]] = []
-
-    def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
-        self.asked.append(list(ids))
-        return super().get(ids, scope)
-
-
 @pytest.fixture
-def chat(tmp_path: Path, embedder: LocalEmbedder) -> Iterator[tuple[Path, LocalEmbedder]]:
-    store = SQLiteStore(tmp_path / "chat.db")
-    with LongTermMemory(store, embedder) as memory:
-        start = datetime(2024, 5, 1, 9, tzinfo=UTC)
-        for minute, (speaker, text) in enumerate(CHAT):
-            message = {"role": "user", "name": speaker, "content": text}
-            memory.add(
-                [message | {"timestamp": start + timedelta(minutes=minute)}],
-                user_id="u",
-                session_id="s1",
-            )
-    yield tmp_path / "chat.db", embedder
+def chat(tmp_path: Path, embedder: LocalEmbedder) -> tuple[Path, LocalEmbedder]:
+    start = datetime(2024, 5, 1, 9, tzinfo=UTC)
+    return store_chat(tmp_path / "chat.db", embedder, CHAT, start), embedder
 
 
 def _first_speakers(path: Path, embedder: LocalEmbedder, bonus: float, k: int = 3) -> list[str]:

@@ -4,8 +4,7 @@ weekend", not by the later turns that only talk about it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,8 @@ import pytest
 from chatmem import LongTermMemory, RankingConfig, ValidationError
 from chatmem.embeddings import LocalEmbedder
 from chatmem.ranking import SPEAKER_READ, Scored, asks_when, favour, says_when
-from chatmem.records import Filter, MemoryRecord
 from chatmem.stores.sqlite import SQLiteStore
+from tests.retrieval.conftest import CountingStore, store_chat
 
 
 @pytest.mark.parametrize(
@@ -90,30 +89,9 @@ WHEN = "when was the charity tournament?"
 SAYS = CHAT[0][1]
 
 
-class CountingStore(SQLiteStore):
-    """The real SQLite store, counting the ids each ``get`` is asked for."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self.asked: list[list[str]] = []
-
-    def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
-        self.asked.append(list(ids))
-        return super().get(ids, scope)
-
-
 @pytest.fixture
-def chat(tmp_path: Path, embedder: LocalEmbedder) -> Iterator[Path]:
-    with LongTermMemory(SQLiteStore(tmp_path / "chat.db"), embedder) as memory:
-        start = datetime(2023, 10, 2, 18, tzinfo=UTC)
-        for minute, (speaker, text) in enumerate(CHAT):
-            message = {"role": "user", "name": speaker, "content": text}
-            memory.add(
-                [message | {"timestamp": start + timedelta(minutes=minute)}],
-                user_id="u",
-                session_id="s1",
-            )
-    yield tmp_path / "chat.db"
+def chat(tmp_path: Path, embedder: LocalEmbedder) -> Path:
+    return store_chat(tmp_path / "chat.db", embedder, CHAT, datetime(2023, 10, 2, 18, tzinfo=UTC))
 
 
 def _first(path: Path, embedder: LocalEmbedder, query: str, bonus: float) -> list[str]:

@@ -1,0 +1,41 @@
+"""Helpers of the retrieval tests: a chat stored a turn at a time, and a store that counts
+its reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from chatmem import LongTermMemory
+from chatmem.embeddings import LocalEmbedder
+from chatmem.records import Filter, MemoryRecord
+from chatmem.stores.sqlite import SQLiteStore
+
+
+class CountingStore(SQLiteStore):
+    """The real SQLite store, counting the ids each ``get`` is asked for."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.asked: list[list[str]] = []
+
+    def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
+        self.asked.append(list(ids))
+        return super().get(ids, scope)
+
+
+def store_chat(
+    path: Path, embedder: LocalEmbedder, chat: Sequence[tuple[str, str]], start: datetime
+) -> Path:
+    """``chat`` ((speaker, text) turns) added one turn a minute from ``start``, as user "u"
+    in session "s1", to a SQLite store at ``path``."""
+    with LongTermMemory(SQLiteStore(path), embedder) as memory:
+        for minute, (speaker, text) in enumerate(chat):
+            message = {"role": "user", "name": speaker, "content": text}
+            memory.add(
+                [message | {"timestamp": start + timedelta(minutes=minute)}],
+                user_id="u",
+                session_id="s1",
+            )
+    return path
