@@ -271,6 +271,7 @@ async def load(
     loop = asyncio.get_running_loop()
     times: list[float] = []
     outcomes: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
@@ -290,6 +291,9 @@ async def load(
                 if answer.status_code != 200:
                     errors[f"HTTP {answer.status_code}"] += 1
                 outcomes[answer.headers.get("x-chatmem-memory", "-")] += 1
+                if answer.headers.get("x-chatmem-memory") == "degraded":
+                    reason = answer.headers.get("x-chatmem-memory-reason", "-")
+                    reasons[reason.split(":")[0]] += 1
 
         began = time.perf_counter()
         await asyncio.gather(*(worker(n) for n in range(clients)))
@@ -301,6 +305,7 @@ async def load(
         "errors": dict(errors),
         "ms": summary(times) if times else None,
         "outcomes": dict(outcomes),
+        "degraded_reasons": dict(reasons),
     }
 
 
