@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from chatmem import LocalEmbedder
@@ -227,3 +228,16 @@ def test_the_service_configures_the_budgets(tmp_path: Path) -> None:
         assert not runtime.scheduler.keep_messages
     finally:
         runtime.close()
+
+
+def test_the_query_cache_counts_an_entry_as_size_of_does_for_one_query_and_a_pair() -> None:
+    from chatmem.embeddings.local import _entry_size
+
+    one = np.ones(384, dtype=np.float32)
+    pair = np.stack([one, one])
+    for key, vector in (
+        ((True, "where do I work?"), one),
+        ((True, ("What does Caroline paint?", "What does paint?")), pair),
+        ((True, ("a", "b")), pair[0]),  # a row of a stack: the buffer is not its own
+    ):
+        assert _entry_size(key, vector) == size_of(key) + size_of(vector)

@@ -351,5 +351,8 @@ def _entry_size(key: _Key, vector: Vector) -> int:
     and the array, whose buffer ``getsizeof`` includes only when the array owns it), without
     walking the objects on every put."""
     held = sys.getsizeof(vector) + (0 if vector.base is None else vector.nbytes)
-    texts = (key[1],) if isinstance(key[1], str) else key[1]
-    return sys.getsizeof(key) + sys.getsizeof(key[0]) + sum(map(sys.getsizeof, texts)) + held
+    if isinstance(key[1], str):
+        texts: int = sys.getsizeof(key[1])
+    else:  # queries embedded together: the tuple that holds them, and each text
+        texts = sys.getsizeof(key[1]) + sum(map(sys.getsizeof, key[1]))
+    return sys.getsizeof(key) + sys.getsizeof(key[0]) + texts + held
