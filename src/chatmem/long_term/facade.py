@@ -287,13 +287,13 @@ class LongTermMemory:
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
         ranked = ranking.select(ranking.fuse(candidates, self.ranking), len(candidates), threshold)
-        ranked, read = self._favour_named(ranked, query, names, scope, k)
+        ranked, read = self._favour(ranked, query, names, scope, k)
         return self._read(ranked, scope, k, current_only, read)
 
     def _embed_queries(self, texts: Sequence[str]) -> list[Vector]:
         return embed_queries(self.embedder, texts)
 
-    def _favour_named(
+    def _favour(
         self,
         ranked: list[ranking.Scored],
         query: str,
