@@ -104,14 +104,9 @@ class Ranker:
         names = ranking.named(item.q.text)
         names |= frozenset(self.speakers.named("default", item.q.user, item.q.text))
         head = scored[: ranking.SPEAKER_READ]
-        when = self.time > 0 and ranking.asks_when(item.q.text)
-        extra = {}
-        for s in head:
-            bonus = self.bonus if ranking.said_by(item.user.speaker[s.id], names) else 0.0
-            if when and ranking.says_when(item.user.text[s.id]):
-                bonus += self.time
-            if bonus:
-                extra[s.id] = bonus
+        said = {s.id: (item.user.speaker[s.id], item.user.text[s.id]) for s in head}
+        config = ranking.RankingConfig(speaker_bonus=self.bonus, time_bonus=self.time)
+        extra = ranking.bonuses(said, names, ranking.asks_when(item.q.text), config)
         head = ranking.favour(head, extra)
         return _repeats_last([s.id for s in head + scored[len(head) :]], item)
 

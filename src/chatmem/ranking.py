@@ -286,6 +286,25 @@ def says_when(text: str) -> bool:
     return SAYS_TIME.search(text[:TIME_CHARS].lower()) is not None
 
 
+def bonuses(
+    said: Mapping[str, tuple[str | None, str]],
+    names: frozenset[str],
+    asks_time: bool,
+    config: RankingConfig = DEFAULT_RANKING,
+) -> dict[str, float]:
+    """What ``favour`` adds to each memory of ``said`` (its id: its speaker and text):
+    ``speaker_bonus`` when someone of ``names`` said it, ``time_bonus`` when the query
+    ``asks_time`` and the memory ``says_when``; memories that gain nothing are left out."""
+    extra: dict[str, float] = {}
+    for memory_id, (speaker, text) in said.items():
+        bonus = config.speaker_bonus if said_by(speaker, names) else 0.0
+        if asks_time and config.time_bonus > 0 and says_when(text):
+            bonus += config.time_bonus
+        if bonus:
+            extra[memory_id] = bonus
+    return extra
+
+
 def select(scored: list[Scored], k: int, threshold: float | None = None) -> list[Scored]:
     """The best ``k`` at or above ``threshold``."""
     kept = scored if threshold is None else [s for s in scored if s.score >= threshold]

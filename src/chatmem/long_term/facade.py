@@ -320,14 +320,8 @@ class LongTermMemory:
         if first:
             self._speakers.saw(read.values())
             names |= frozenset(self._speakers.named(tenant, user, query))
-        extra: dict[str, float] = {}
-        for record in read.values():
-            speaker = record.context.speaker if record.context else None
-            bonus = config.speaker_bonus if ranking.said_by(speaker, names) else 0.0
-            if when and ranking.says_when(record.text):
-                bonus += config.time_bonus
-            if bonus:
-                extra[record.id] = bonus
+        said = {i: (r.context.speaker if r.context else None, r.text) for i, r in read.items()}
+        extra = ranking.bonuses(said, names, when, config)
         return ranking.favour(head, extra) + ranked[len(head) :], read
 
     def _read(
