@@ -14,15 +14,21 @@ from chatmem.stores.sqlite import SQLiteStore
 
 
 class CountingStore(SQLiteStore):
-    """The real SQLite store, counting the ids each ``get`` is asked for."""
+    """The real SQLite store, counting the ids each ``get`` (whole records) and each
+    ``said`` (speakers and texts) is asked for."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.asked: list[list[str]] = []
+        self.asked_said: list[list[str]] = []
 
     def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
         self.asked.append(list(ids))
         return super().get(ids, scope)
+
+    def said(self, ids: Sequence[str], scope: Filter) -> dict[str, tuple[str | None, str]]:
+        self.asked_said.append(list(ids))
+        return super().said(ids, scope)
 
 
 def store_chat(

@@ -95,21 +95,39 @@ def chat(tmp_path: Path, embedder: LocalEmbedder) -> tuple[Path, LocalEmbedder]:
     return store_chat(tmp_path / "chat.db", embedder, CHAT, start), embedder
 
 
-def _first_speakers(path: Path, embedder: LocalEmbedder, bonus: float, k: int = 3) -> list[str]:
+def _ranked(
+    path: Path, embedder: LocalEmbedder, bonus: float, query: str
+) -> list[tuple[str, float]]:
+    """Every memory of the chat, best first, as (speaker, score), in a fresh process."""
     ranking = RankingConfig(speaker_bonus=bonus)
     with LongTermMemory(SQLiteStore(path), embedder, ranking_config=ranking) as memory:
-        hits = memory.search(QUESTION, user_id="u", k=k)
-    return [h.record.context.speaker or "" if h.record.context else "" for h in hits]
+        hits = memory.search(query, user_id="u", k=len(CHAT))
+    return [(h.record.context.speaker or "" if h.record.context else "", h.score) for h in hits]
+
+
+def _gains(path: Path, embedder: LocalEmbedder, query: str, bonus: float = 0.15) -> None:
+    """What the named speaker said gains ``bonus``, nothing else moves by itself, and one of
+    Melanie's remarks about art that ranked above a memory of Caroline's now ranks below it."""
+    plain = _ranked(path, embedder, 0.0, query)
+    favoured = _ranked(path, embedder, bonus, query)
+    by_score = {round(score, 6): speaker for speaker, score in plain}
+    assert len(by_score) == len(CHAT)  # no two tie: each score names its memory
+    for speaker, score in favoured:
+        before = score - bonus if speaker == "Caroline" else score
+        assert by_score.get(round(before, 6)) == speaker
+    first = [speaker for speaker, _ in plain]
+    last_caroline = len(first) - 1 - first[::-1].index("Caroline")
+    assert "Melanie" in first[:last_caroline]  # without the bonus, Melanie ranks above her
+    assert [speaker for speaker, _ in favoured][:2] == ["Caroline", "Caroline"]
 
 
 def test_what_the_named_speaker_said_comes_before_what_was_said_to_them(
     chat: tuple[Path, LocalEmbedder],
 ) -> None:
     path, embedder = chat
-    # Without the bonus, what Melanie said to Caroline about art, and about her kids' art,
-    # rank above Caroline's watercolour.
-    assert _first_speakers(path, embedder, 0.0) == ["Melanie", "Caroline", "Melanie"]
-    assert _first_speakers(path, embedder, 0.1) == ["Caroline", "Melanie", "Caroline"]
+    # Without the bonus, what Melanie said to Caroline about art ranks above Caroline's
+    # own memories; with it, Caroline's come first.
+    _gains(path, embedder, QUESTION)
 
 
 def test_a_query_naming_nobody_reads_only_the_records_it_returns(
@@ -123,12 +141,14 @@ def test_a_query_naming_nobody_reads_only_the_records_it_returns(
         assert [len(ids) for ids in store.asked] == [min(len(CHAT), SPEAKER_READ)]
         store.asked.clear()
         memory.search("what kind of art do they make?", user_id="u", k=2)
-        assert [len(ids) for ids in store.asked] == [2]
+        assert [len(ids) for ids in store.asked] == [2] and store.asked_said == []
         store.asked.clear()
         found = memory.search(QUESTION, user_id="u", k=2)
-    # One read of the head (all six memories here, under SPEAKER_READ), none read twice.
-    assert len(store.asked) == 1 and len(store.asked[0]) == min(len(CHAT), SPEAKER_READ)
-    assert [h.record.context.speaker for h in found if h.record.context] == ["Caroline", "Melanie"]
+    # Who said the head's memories is read once (all six here, under SPEAKER_READ); only
+    # the two records returned are read whole.
+    assert [len(ids) for ids in store.asked_said] == [min(len(CHAT), SPEAKER_READ)]
+    assert [len(ids) for ids in store.asked] == [2]
+    assert found[0].record.context and found[0].record.context.speaker == "Caroline"
 
 
 def test_a_lowercase_name_counts_from_a_fresh_processs_first_search(
@@ -137,8 +157,4 @@ def test_a_lowercase_name_counts_from_a_fresh_processs_first_search(
     """ "caroline" is a speaker's name only once the process has seen her memories: its
     first search of the user reads the head to learn the user's speakers."""
     path, embedder = chat
-    asked = QUESTION.lower()
-    assert _first_speakers(path, embedder, 0.0)[0] == "Melanie"
-    with LongTermMemory(SQLiteStore(path), embedder) as memory:
-        first = memory.search(asked, user_id="u", k=3)
-    assert first[0].record.context and first[0].record.context.speaker == "Caroline"
+    _gains(path, embedder, QUESTION.lower())

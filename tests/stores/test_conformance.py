@@ -105,6 +105,35 @@ def test_get_never_crosses_tenant_or_user(store: MemoryStore, tenant: str) -> No
     assert ids(store.get([mine.id], Filter(tenant_id=tenant, user_id="alice"))) == [mine.id]
 
 
+def test_said_gives_speaker_and_text_within_scope_as_get_would(
+    store: MemoryStore, tenant: str
+) -> None:
+    """``said`` reads who said a memory and what, for ranking, and only where ``get`` would
+    return the memory: the same scope, restricted memories and all."""
+    text = 'Caroline said "hi" \\ ünïcode, on 8 May 2023'
+    spoken, plain, hidden = put(
+        store,
+        (record(tenant, "u", text, context={"speaker": "Caroline", "before": "x"}), unit(1)),
+        (record(tenant, "u", "no speaker here"), unit(2)),
+        (record(tenant, "u", "for hr", access_control={"allowed_roles": ["hr"]}), unit(3)),
+    )
+    every = [spoken.id, plain.id, hidden.id, "missing"]
+    for scope in (
+        Filter(tenant_id=tenant, user_id="u"),
+        Filter(tenant_id=tenant, user_id="u", reader_roles=frozenset()),
+        Filter(tenant_id=tenant, user_id="other"),
+    ):
+        expected = {
+            r.id: (r.context.speaker if r.context else None, r.text)
+            for r in store.get(every, scope)
+        }
+        assert store.said(every, scope) == expected
+    said = store.said(every, Filter(tenant_id=tenant, user_id="u"))
+    assert said[spoken.id] == ("Caroline", text) and said[plain.id] == (None, "no speaker here")
+    assert hidden.id not in store.said(every, Filter(tenant_id=tenant, reader_roles=frozenset()))
+    assert store.said([], Filter(tenant_id=tenant)) == {}
+
+
 def test_put_is_atomic_when_an_id_already_exists(store: MemoryStore, tenant: str) -> None:
     (first,) = put(store, (record(tenant, "u", "first"), unit(1)))
     fresh = record(tenant, "u", "fresh")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -89,8 +91,11 @@ class LocalEmbedder:
     batches of memories); the fast query model runs on ``query_threads`` (1): for one short
     query a second thread saved 0.3-0.6 ms but cost 35 % more CPU (6.5 against 4.8 ms), and a
     service embeds many queries at once, each beside the keyword half of its own search.
-    Single texts and queries are cached: the ``cache_size`` most recent, within
-    ``cache_bytes`` (a long text counts by its length).
+    Up to ``query_sessions`` (one per core, two at most) query batches run at once, each on
+    a copy of the fast model of its own: a query and its name-free twin
+    (``chatmem.long_term.speakers``) take the time of one query, not 1.5 (two runs of one
+    session wait for each other). Single texts and queries are cached: the ``cache_size``
+    most recent, within ``cache_bytes`` (a long text counts by its length).
     """
 
     def __init__(
@@ -104,6 +109,7 @@ class LocalEmbedder:
         cache_bytes: int = 16 * MiB,
         query_model: Literal["fast", "exact"] = "fast",
         query_threads: int = 1,
+        query_sessions: int | None = None,
         document_model: Literal["fast", "exact"] = "fast",
     ) -> None:
         for name, value in (("query_model", query_model), ("document_model", document_model)):
@@ -117,6 +123,14 @@ class LocalEmbedder:
         self._query_model = query_model
         self._query_threads = query_threads
         self._query_session: ort.InferenceSession | None = None
+        # The packaged model runs on every core already: one session of it.
+        split = query_model == "fast"
+        self._sessions = max(1, query_sessions or min(2, os.cpu_count() or 1)) if split else 1
+        # Query sessions free to run a batch (the fast one first; more made when needed),
+        # how many exist, and the threads that run the second half of a split batch.
+        self._idle: list[ort.InferenceSession] = []
+        self._made = 0
+        self._splitter: ThreadPoolExecutor | None = None
         self._document_model = document_model
         self._cache: LRUCache[_Key, Vector] = LRUCache(
             cache_bytes, max_entries=cache_size, size=_entry_size
@@ -125,14 +139,16 @@ class LocalEmbedder:
         # Queries waiting to be embedded together (embed_query), and whether a batch runs.
         self._turn = threading.Condition()
         self._waiting: list[_Slot] = []
-        self._running = False
         #: Model calls made for queries, and queries embedded by them (for the metrics).
         self.query_calls = 0
         self.queries_embedded = 0
 
     def warm(self) -> LocalEmbedder:
-        """Load the model (and the fast copy) now rather than at the first call."""
-        self._query()
+        """Load the model (and the fast copy, and its query sessions) now rather than at
+        the first call."""
+        with self._turn:
+            while self._made < self._sessions:
+                self._make_session()
         self._documents()
         return self
 
@@ -251,33 +267,77 @@ class LocalEmbedder:
 
     def _batched(self, texts: Sequence[str]) -> list[Vector]:
         """``texts``' query vectors, computed in batches with the queries waiting beside
-        them. The thread that finds the model idle runs the batch (its own queries among
-        them, or the oldest ones waiting); the others wait for their result or their turn."""
+        them. A thread that finds a query session free runs the batch (its own queries
+        among them, or the oldest ones waiting), split over a second free session when it
+        holds more than one query; the others wait for their result or their turn."""
         slots = [_Slot(text) for text in texts]
         with self._turn:
             self._waiting.extend(slots)
         while True:
             with self._turn:
-                while not all(s.done for s in slots) and self._running:
+                while not all(s.done for s in slots) and not (self._waiting and self._free()):
                     self._turn.wait()
                 if all(s.done for s in slots):
                     return [s.value() for s in slots]
-                self._running = True
                 batch = self._waiting[:BATCH_SIZE]
                 del self._waiting[:BATCH_SIZE]
-                self.query_calls += 1
+                sessions = [self._idle.pop()]
+                if len(batch) > 1 and self._free():
+                    sessions.append(self._idle.pop())
+                self.query_calls += len(sessions)
                 self.queries_embedded += len(batch)
             try:
-                vectors = self._embed_many([s.text for s in batch], self._query())
-                for waiting, vector in zip(batch, vectors, strict=True):
-                    waiting.vector = vector
-            except BaseException as exc:  # boundary: every waiting caller gets the error
-                for waiting in batch:
-                    waiting.error = exc
+                self._run_split(batch, sessions)
             finally:
                 with self._turn:
-                    self._running = False
+                    self._idle.extend(sessions)
                     self._turn.notify_all()
+
+    def _free(self) -> bool:
+        """Whether a query session is free, making one where fewer than allowed exist (the
+        caller holds ``_turn``)."""
+        if not self._idle and self._made < self._sessions:
+            self._make_session()
+        return bool(self._idle)
+
+    def _make_session(self) -> None:
+        """One more query session: the fast copy every query used before, then copies of
+        it (the caller holds ``_turn``)."""
+        first = self._made == 0
+        self._made += 1
+        try:
+            exact = self._model()[0]
+            made = self._query() if first else self._load_fast(exact, self._query_threads)
+        except BaseException:
+            self._made -= 1
+            raise
+        self._idle.append(made)
+
+    def _run_split(self, batch: list[_Slot], sessions: list[ort.InferenceSession]) -> None:
+        """Embed ``batch``: its second half on ``sessions[1]`` in the splitter's thread while
+        this thread embeds the first on ``sessions[0]``. Each slot gets its vector, or the
+        error of its half."""
+        half = (len(batch) + 1) // 2 if len(sessions) > 1 else len(batch)
+        other = None
+        if half < len(batch):
+            if self._splitter is None:
+                self._splitter = ThreadPoolExecutor(1, thread_name_prefix="chatmem-embed-split")
+            try:
+                other = self._splitter.submit(self._fill, batch[half:], sessions[1])
+            except RuntimeError:  # the interpreter is shutting down: all of it here
+                half = len(batch)
+        self._fill(batch[:half], sessions[0])
+        if other is not None:
+            other.result()
+
+    def _fill(self, batch: list[_Slot], session: ort.InferenceSession) -> None:
+        try:
+            vectors = self._embed_many([s.text for s in batch], session)
+            for waiting, vector in zip(batch, vectors, strict=True):
+                waiting.vector = vector
+        except BaseException as exc:  # boundary: every waiting caller gets the error
+            for waiting in batch:
+                waiting.error = exc
 
     def _embed_cached(self, text: str, *, query: bool) -> Vector:
         key = (query, text)

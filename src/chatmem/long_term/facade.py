@@ -304,10 +304,10 @@ class LongTermMemory:
         """``ranked`` with its first ``SPEAKER_READ`` (k where k is more) reordered
         (``ranking.favour``) when the query names someone (``names``: ``speaker_bonus`` to
         what they said) or asks about time (``ranking.asks_when``: ``time_bonus`` to what
-        says when), and the records read to tell. None are read otherwise, unless this
-        process knows nothing of the user yet: then the first search reads them to learn the
-        user's speakers, so that a name written in lower case ("caroline") counts from the
-        start."""
+        says when), their speakers and texts read to tell (``MemoryStore.said``). None are
+        read otherwise, unless this process knows nothing of the user yet: then the first
+        search reads the records, returned for ``_read``, to learn the user's speakers, so
+        that a name written in lower case ("caroline") counts from the start."""
         tenant, user = scope.tenant_id, scope.require_user()
         config = self.ranking
         first = config.speaker_bonus > 0 and not self._speakers.knows(tenant, user)
@@ -316,11 +316,15 @@ class LongTermMemory:
         if not ranked or not (named or when or first):
             return ranked, {}
         head = ranked[: max(k, ranking.SPEAKER_READ)]
-        read = {r.id: r for r in self.store.get([s.id for s in head], scope)}
+        ids = [s.id for s in head]
+        read: dict[str, MemoryRecord] = {}
         if first:
+            read = {r.id: r for r in self.store.get(ids, scope)}
             self._speakers.saw(read.values())
             names |= frozenset(self._speakers.named(tenant, user, query))
-        said = {i: (r.context.speaker if r.context else None, r.text) for i, r in read.items()}
+            said = {i: (r.context.speaker if r.context else None, r.text) for i, r in read.items()}
+        else:  # the two fields alone: no record parsed for what ranks below the first k
+            said = self.store.said(ids, scope)
         extra = ranking.bonuses(said, names, when, config)
         return ranking.favour(head, extra) + ranked[len(head) :], read
 

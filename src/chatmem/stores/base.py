@@ -211,6 +211,14 @@ class MemoryStore(ABC):
     def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
         """The records with these ids that match ``scope``, in the order of ``ids``."""
 
+    def said(self, ids: Sequence[str], scope: Filter) -> dict[str, tuple[str | None, str]]:
+        """Who said each record of these ids that matches ``scope``, and what: its
+        ``context.speaker`` (None where none is recorded) and its text, for ranking
+        (``ranking.bonuses``). Here through ``get``; a store that can read the two fields
+        without parsing whole records does (the SQL stores)."""
+        found = self.get(ids, scope)
+        return {r.id: (r.context.speaker if r.context else None, r.text) for r in found}
+
     @abstractmethod
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
         """The stored vectors of these ids (for export)."""

@@ -205,6 +205,19 @@ class PostgresStore(MemoryStore):
             found = {record.id: record for record in (record_of(body) for (body,) in rows)}
         return [found[i] for i in ids if i in found]
 
+    def said(self, ids: Sequence[str], scope: Filter) -> dict[str, tuple[str | None, str]]:
+        if not ids:
+            return {}
+        conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
+        with self._transaction() as conn:
+            rows = conn.execute(
+                "SELECT m.id, m.body::jsonb -> 'context' ->> 'speaker',"
+                f" m.body::jsonb -> 'content' ->> 'raw' FROM {self._memories} AS m"
+                f" WHERE {conditions}",
+                params,
+            ).fetchall()
+        return {memory_id: (speaker, text) for memory_id, speaker, text in rows}
+
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
         if not ids:
             return {}

@@ -158,6 +158,18 @@ class SQLiteStore(MemoryStore):
             found = {record.id: record for record in map(record_of, (r[0] for r in rows))}
         return [found[i] for i in ids if i in found]
 
+    def said(self, ids: Sequence[str], scope: Filter) -> dict[str, tuple[str | None, str]]:
+        if not ids:
+            return {}
+        conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
+        with self._file.read() as conn:
+            rows = conn.execute(
+                "SELECT m.id, json_extract(m.body, '$.context.speaker'),"
+                f" json_extract(m.body, '$.content.raw') FROM memories AS m WHERE {conditions}",
+                params,
+            ).fetchall()
+        return {memory_id: (speaker, text) for memory_id, speaker, text in rows}
+
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
         if not ids:
             return {}
