@@ -15,9 +15,8 @@ QUESTIONS = [f"What did I pay for the bike I bought in city number {n}?" for n i
 def test_queries_waiting_beside_a_running_batch_go_in_one_call() -> None:
     embedder = LocalEmbedder().warm()
     alone = {q: LocalEmbedder().warm().embed_query(q) for q in QUESTIONS}
-    with embedder._turn:  # batches are running on every session: whoever comes now waits
-        busy = list(embedder._idle)
-        embedder._idle.clear()
+    with embedder._turn:  # a batch is running: whoever comes now waits beside it
+        embedder._running = True
     results: dict[str, np.ndarray] = {}
     threads = [
         threading.Thread(target=lambda q=q: results.__setitem__(q, embedder.embed_query(q)))
@@ -30,13 +29,13 @@ def test_queries_waiting_beside_a_running_batch_go_in_one_call() -> None:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     calls = embedder.query_calls
-    with embedder._turn:  # the running batches end
-        embedder._idle.extend(busy)
+    with embedder._turn:  # the running batch ends
+        embedder._running = False
         embedder._turn.notify_all()
     for thread in threads:
         thread.join(30)
-    # One batch, split over the sessions there are (two on two cores or more).
-    assert embedder.query_calls == calls + len(busy)
+    # One call for the eight: a batch of more than two is never split.
+    assert embedder.query_calls == calls + 1
     assert embedder.queries_embedded >= len(QUESTIONS)
     for question in QUESTIONS:
         # Dynamic int8 scales each call's activations together: a batch moves a vector a
@@ -53,7 +52,8 @@ def test_a_lone_query_is_embedded_at_once_and_cached() -> None:
 
 def test_a_query_and_its_twin_run_on_two_sessions_at_once() -> None:
     """Two queries of one search (the query and its name-free twin) are split over two
-    sessions, so each gets the vector it gets alone; with one session they share a call."""
+    sessions, so each gets the vector it gets alone; with one session they share a call.
+    (Eight waiting together make one call: the test above.)"""
     pair = ["What did Caroline research?", "What did research?"]
     alone = LocalEmbedder(query_sessions=1).warm()
     expected = [alone.embed_query(text) for text in pair]

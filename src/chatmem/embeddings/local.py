@@ -91,11 +91,12 @@ class LocalEmbedder:
     batches of memories); the fast query model runs on ``query_threads`` (1): for one short
     query a second thread saved 0.3-0.6 ms but cost 35 % more CPU (6.5 against 4.8 ms), and a
     service embeds many queries at once, each beside the keyword half of its own search.
-    Up to ``query_sessions`` (one per core, two at most) query batches run at once, each on
-    a copy of the fast model of its own: a query and its name-free twin
-    (``chatmem.long_term.speakers``) take the time of one query, not 1.5 (two runs of one
-    session wait for each other). Single texts and queries are cached: the ``cache_size``
-    most recent, within ``cache_bytes`` (a long text counts by its length).
+    One query batch runs at a time. A batch of two texts (a query and its name-free twin,
+    ``chatmem.long_term.speakers``, or two queries that came together) runs on two
+    ``query_sessions`` at once, each a copy of the fast model (two runs of one session wait
+    for each other): the time of one query, not 1.5, for 1.25 times the CPU. A larger batch
+    is one call, which costs least under load. Single texts and queries are cached: the
+    ``cache_size`` most recent, within ``cache_bytes`` (a long text counts by its length).
     """
 
     def __init__(
@@ -126,10 +127,9 @@ class LocalEmbedder:
         # The packaged model runs on every core already: one session of it.
         split = query_model == "fast"
         self._sessions = max(1, query_sessions or min(2, os.cpu_count() or 1)) if split else 1
-        # Query sessions free to run a batch (the fast one first; more made when needed),
-        # how many exist, and the threads that run the second half of a split batch.
-        self._idle: list[ort.InferenceSession] = []
-        self._made = 0
+        # The query sessions (the fast copy first, the second made when first needed), and
+        # the thread that runs the second text of a batch of two.
+        self._made: list[ort.InferenceSession] = []
         self._splitter: ThreadPoolExecutor | None = None
         self._document_model = document_model
         self._cache: LRUCache[_Key, Vector] = LRUCache(
@@ -139,6 +139,7 @@ class LocalEmbedder:
         # Queries waiting to be embedded together (embed_query), and whether a batch runs.
         self._turn = threading.Condition()
         self._waiting: list[_Slot] = []
+        self._running = False
         #: Model calls made for queries, and queries embedded by them (for the metrics).
         self.query_calls = 0
         self.queries_embedded = 0
@@ -147,8 +148,7 @@ class LocalEmbedder:
         """Load the model (and the fast copy, and its query sessions) now rather than at
         the first call."""
         with self._turn:
-            while self._made < self._sessions:
-                self._make_session()
+            self._query_sessions()
         self._documents()
         return self
 
@@ -267,51 +267,47 @@ class LocalEmbedder:
 
     def _batched(self, texts: Sequence[str]) -> list[Vector]:
         """``texts``' query vectors, computed in batches with the queries waiting beside
-        them. A thread that finds a query session free runs the batch (its own queries
-        among them, or the oldest ones waiting), split over a second free session when it
-        holds more than one query; the others wait for their result or their turn."""
+        them. The thread that finds the model idle runs the batch (its own queries among
+        them, or the oldest ones waiting); the others wait for their result or their turn."""
         slots = [_Slot(text) for text in texts]
         with self._turn:
             self._waiting.extend(slots)
         while True:
             with self._turn:
-                while not all(s.done for s in slots) and not (self._waiting and self._free()):
+                while not all(s.done for s in slots) and (self._running or not self._waiting):
                     self._turn.wait()
                 if all(s.done for s in slots):
                     return [s.value() for s in slots]
+                self._running = True
                 batch = self._waiting[:BATCH_SIZE]
                 del self._waiting[:BATCH_SIZE]
-                sessions = [self._idle.pop()]
-                if len(batch) > 1 and self._free():
-                    sessions.append(self._idle.pop())
+                try:
+                    sessions = self._query_sessions()[: 2 if len(batch) == 2 else 1]
+                except BaseException as exc:  # the model cannot load: every caller is told
+                    for waiting in batch:
+                        waiting.error = exc
+                    self._running = False
+                    self._turn.notify_all()
+                    continue
                 self.query_calls += len(sessions)
                 self.queries_embedded += len(batch)
             try:
                 self._run_split(batch, sessions)
             finally:
                 with self._turn:
-                    self._idle.extend(sessions)
+                    self._running = False
                     self._turn.notify_all()
 
-    def _free(self) -> bool:
-        """Whether a query session is free, making one where fewer than allowed exist (the
-        caller holds ``_turn``)."""
-        if not self._idle and self._made < self._sessions:
-            self._make_session()
-        return bool(self._idle)
-
-    def _make_session(self) -> None:
-        """One more query session: the fast copy every query used before, then copies of
-        it (the caller holds ``_turn``)."""
-        first = self._made == 0
-        self._made += 1
-        try:
+    def _query_sessions(self) -> list[ort.InferenceSession]:
+        """The query sessions, made at the first call: the fast copy every query used
+        before, and a second copy of it where ``query_sessions`` allows."""
+        while len(self._made) < self._sessions:
             exact = self._model()[0]
-            made = self._query() if first else self._load_fast(exact, self._query_threads)
-        except BaseException:
-            self._made -= 1
-            raise
-        self._idle.append(made)
+            first = not self._made
+            self._made.append(
+                self._query() if first else self._load_fast(exact, self._query_threads)
+            )
+        return self._made
 
     def _run_split(self, batch: list[_Slot], sessions: list[ort.InferenceSession]) -> None:
         """Embed ``batch``: its second half on ``sessions[1]`` in the splitter's thread while
