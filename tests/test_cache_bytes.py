@@ -52,6 +52,7 @@ def text(n: int, size: int) -> str:
 # -- the cache and the sizes ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_size_of_is_close_to_what_tracemalloc_measures() -> None:
     def build() -> list[Message]:
         return [
@@ -105,6 +106,7 @@ def fill_sessions(memory: ShortTermMemory, sessions: int, per_session: int, size
 
 
 @pytest.mark.parametrize("budget_mib", [2, 6])
+@pytest.mark.slow
 def test_session_logs_stay_within_their_byte_budget(tmp_path: Path, budget_mib: int) -> None:
     store = SQLiteSessionStore(tmp_path / "sessions.db")
     memory = ShortTermMemory(
@@ -175,6 +177,7 @@ def response(tenant: str, n: int, size: int, user: str = "alice") -> StoredRespo
     return StoredResponse(f"resp_{n}", tenant, user, "s", said, {"id": f"resp_{n}"}, n)
 
 
+@pytest.mark.slow
 def test_responses_kept_in_memory_are_bounded_in_bytes_across_tenants() -> None:
     store = ResponseStore(None, limit=1000, memory_bytes=2 * MiB)
 

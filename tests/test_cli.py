@@ -33,6 +33,7 @@ def cli(tmp_path: Path):  # type: ignore[no-untyped-def]
     return run
 
 
+@pytest.mark.slow
 def test_add_search_get_history_export_forget_import(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     memory_id = cli(
         "add",

@@ -257,6 +257,7 @@ def test_list_shows_short_ids_and_get_takes_them(cli: Cli, store: str, tmp_path:
 # -- import: progress and conflicts ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_import_shows_a_count_and_the_time_left(cli: Cli, store: str, tmp_path: Path) -> None:
     lines = [
         json.dumps(

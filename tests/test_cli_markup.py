@@ -55,6 +55,7 @@ def _shown(text: str) -> str:
     "command",
     [("list", "--user", "mallory"), ("search", "--user", "mallory", "--all", "--k", "10", "x")],
 )
+@pytest.mark.slow
 def test_list_and_search_show_stored_markup_as_text(
     tmp_path: Path, hostile_store: list[str], command: tuple[str, ...]
 ) -> None:
@@ -66,12 +67,14 @@ def test_list_and_search_show_stored_markup_as_text(
     assert "\x07" not in done.stdout
 
 
+@pytest.mark.slow
 def test_history_shows_stored_markup_as_text(tmp_path: Path, hostile_store: list[str]) -> None:
     done = _cli(tmp_path, "history", hostile_store[1])
     assert done.returncode == 0, done.stderr
     assert HOSTILE[1] in done.stdout and "\x1b]8;" not in done.stdout
 
 
+@pytest.mark.slow
 def test_json_keeps_the_text_and_escapes_control_characters(
     tmp_path: Path, hostile_store: list[str]
 ) -> None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _warmup(cache: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CHATMEM_CACHE_DIR": str(cache), "COLUMNS": "300"}
@@ -26,6 +28,7 @@ def test_warmup_caches_the_fast_query_model(tmp_path: Path) -> None:
     assert str(cached) in done.stdout and "MiB" in done.stdout
 
 
+@pytest.mark.slow
 def test_warmup_where_the_cache_cannot_be_written_says_so_and_succeeds(tmp_path: Path) -> None:
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")

@@ -30,6 +30,7 @@ def _cli(tmp_path: Path, *args: str, ok: bool = True) -> subprocess.CompletedPro
     return done
 
 
+@pytest.mark.slow
 def test_add_with_an_expiry_then_maintain_decay_removes_it(tmp_path: Path) -> None:
     past = (utcnow() - timedelta(seconds=1)).isoformat()
     gone = _cli(tmp_path, "add", "--user", "alice", "--expires", past, "old voucher").stdout
@@ -43,6 +44,7 @@ def test_add_with_an_expiry_then_maintain_decay_removes_it(tmp_path: Path) -> No
     assert line.startswith("decay (tenant default): 0 expired")
 
 
+@pytest.mark.slow
 def test_maintain_quota_consolidate_and_reflect(tmp_path: Path) -> None:
     for text in ("I like green tea", "I like black tea", "I like oolong tea"):
         _cli(tmp_path, "add", "--user", "bob", text)

@@ -636,6 +636,7 @@ def kill_child(db: str, run: int) -> None:
     time.sleep(60)
 
 
+@pytest.mark.slow
 def test_kill_minus_nine_loses_no_batch_and_applies_none_twice(tmp_path: Path) -> None:
     db = str(tmp_path / "chatmem.db")
     rng = random.Random(1234)

@@ -113,6 +113,7 @@ class _Writer(threading.Thread):
             time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_a_backup_taken_while_writing_restores_every_acknowledged_memory(
     tmp_path: Path, embedder: LocalEmbedder
 ) -> None:
@@ -211,6 +212,7 @@ def test_a_schema_newer_than_this_release_is_refused(
     _one_line_error(done, f"version {newer} is newer", "upgrade chatmem")
 
 
+@pytest.mark.slow
 def test_restore_over_an_existing_database_needs_force(
     tmp_path: Path, embedder: LocalEmbedder
 ) -> None:

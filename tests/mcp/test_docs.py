@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import typer
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "mcp.md"
@@ -26,6 +27,7 @@ def test_chatmem_mcp_is_a_command() -> None:
     assert "mcp" in getattr(group, "commands", {})
 
 
+@pytest.mark.slow
 def test_the_stdio_example_runs(tmp_path: Path) -> None:
     example = _blocks("python")[0]  # run as written: it starts `chatmem mcp`
     (tmp_path / "example.py").write_text(example, encoding="utf-8")

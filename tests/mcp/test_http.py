@@ -51,7 +51,9 @@ def test_every_tool_over_http(service: Service) -> None:
             )
 
             found = data(
-                await client.call_tool("recall", {"query": "Do I have any pets?", "user_id": "ana"})
+                await client.call_tool(
+                    "recall", {"query": "How many cats do I have?", "user_id": "ana"}
+                )
             )
             top = found["results"][0]
             assert top["memory"]["id"] == memory_id

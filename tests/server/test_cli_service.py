@@ -81,6 +81,7 @@ class Served:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.slow
 def test_serve_answers_with_memory_over_http(tmp_path: Path, workers: int) -> None:
     env = {
         **_env(tmp_path),
@@ -126,6 +127,7 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("named_by", ["--store", "$CHATMEM_STORE"])
+@pytest.mark.slow
 def test_serve_opens_the_store_the_cli_writes(tmp_path: Path, named_by: str) -> None:
     uri = f"sqlite:///{tmp_path}/cli.db"
     given = ("--store", uri) if named_by == "--store" else ()
@@ -159,6 +161,7 @@ def test_serve_refuses_a_store_uri_that_cannot_be_right(
     assert f"{source}: unknown store scheme 'foo' in 'foo://bar' (sqlite" in line
 
 
+@pytest.mark.slow
 def test_config_check_reports_an_unknown_store_scheme(tmp_path: Path) -> None:
     config = tmp_path / "chatmem.yaml"
     config.write_text('memory:\n  store: "foo://bar"\n')

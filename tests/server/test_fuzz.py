@@ -145,6 +145,7 @@ def run_schemathesis(client: TestClient, config: str, examples: int) -> list[str
 
 
 @pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.slow
 def test_schemathesis_finds_no_server_error(make_service: ServiceFactory, config: str) -> None:
     client = started(make_service, config)
     failures = run_schemathesis(client, config, SCHEMATHESIS_EXAMPLES)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
@@ -42,6 +43,7 @@ def test_every_operation_documents_its_errors(service: TestClient) -> None:
                 assert "400" in operation["responses"], f"{method.upper()} {path}"
 
 
+@pytest.mark.slow
 def test_no_request_makes_a_server_error(service: TestClient) -> None:
     """Every operation of the spec, fed schemathesis' generated requests (valid and not),
     answers below 500. Data routes run as the anonymous tenant, admin routes with the admin

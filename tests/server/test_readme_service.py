@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pytest
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 DOCUMENTED = "http://127.0.0.1:8080"
@@ -54,6 +55,7 @@ def _stop(server: subprocess.Popen[str]) -> str:
     return output
 
 
+@pytest.mark.slow
 def test_the_readme_sdk_block_runs_as_copied_against_chatmem_serve(tmp_path: Path) -> None:
     blocks = re.findall(r"```py\n(.*?)```", README.read_text(), flags=re.S)
     assert blocks, "README has no py block"

@@ -46,6 +46,7 @@ def test_a_limit_the_application_set_is_kept(unset_limit: None) -> None:
     assert _limit() == 123456789
 
 
+@pytest.mark.slow
 def test_many_threads_reading_stay_within_the_bound(
     tmp_path: Path, unset_limit: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
