@@ -65,3 +65,12 @@ def test_a_query_and_its_twin_run_on_two_sessions_at_once() -> None:
     together = one.embed_queries(pair)
     assert one.query_calls == 1 and one.queries_embedded == 2
     assert all(float(v @ e) > 0.98 for v, e in zip(together, expected, strict=True))
+
+
+def test_the_second_session_is_made_only_for_a_pair() -> None:
+    """A lone query never loads the second copy of the model; the first pair does."""
+    embedder = LocalEmbedder(query_sessions=2)
+    embedder.embed_query("Where do I live?")
+    assert len(embedder._made) == 1
+    embedder.embed_queries(["Where does Ana live?", "Where does live?"])
+    assert len(embedder._made) == 2

@@ -148,7 +148,7 @@ class LocalEmbedder:
         """Load the model (and the fast copy, and its query sessions) now rather than at
         the first call."""
         with self._turn:
-            self._query_sessions()
+            self._query_sessions(self._sessions)
         self._documents()
         return self
 
@@ -282,8 +282,10 @@ class LocalEmbedder:
                 batch = self._waiting[:BATCH_SIZE]
                 del self._waiting[:BATCH_SIZE]
                 try:
-                    sessions = self._query_sessions()[: 2 if len(batch) == 2 else 1]
-                except BaseException as exc:  # the model cannot load: every caller is told
+                    sessions = self._query_sessions(2 if len(batch) == 2 else 1)
+                except (
+                    BaseException
+                ) as exc:  # boundary: the model cannot load, every caller is told
                     for waiting in batch:
                         waiting.error = exc
                     self._running = False
@@ -298,16 +300,17 @@ class LocalEmbedder:
                     self._running = False
                     self._turn.notify_all()
 
-    def _query_sessions(self) -> list[ort.InferenceSession]:
-        """The query sessions, made at the first call: the fast copy every query used
-        before, and a second copy of it where ``query_sessions`` allows."""
-        while len(self._made) < self._sessions:
+    def _query_sessions(self, count: int) -> list[ort.InferenceSession]:
+        """The first ``count`` query sessions (fewer where ``query_sessions`` allows fewer),
+        made when first needed: the fast copy every query used before, then a second copy of
+        it (the caller holds ``_turn``)."""
+        while len(self._made) < min(count, self._sessions):
             exact = self._model()[0]
             first = not self._made
             self._made.append(
                 self._query() if first else self._load_fast(exact, self._query_threads)
             )
-        return self._made
+        return self._made[:count]
 
     def _run_split(self, batch: list[_Slot], sessions: list[ort.InferenceSession]) -> None:
         """Embed ``batch``: its second half on ``sessions[1]`` in the splitter's thread while

@@ -41,7 +41,7 @@ from chatmem.records import (
     validation_error,
 )
 from chatmem.stores import MemoryStore, open_store
-from chatmem.stores.base import Change, SearchQuery, Usage
+from chatmem.stores.base import Change, SearchQuery, Usage, spoken
 
 #: How many messages before and after a message give it its context.
 DEFAULT_CONTEXT_WINDOW = 1
@@ -322,7 +322,7 @@ class LongTermMemory:
             read = {r.id: r for r in self.store.get(ids, scope)}
             self._speakers.saw(read.values())
             names |= frozenset(self._speakers.named(tenant, user, query))
-            said = {i: (r.context.speaker if r.context else None, r.text) for i, r in read.items()}
+            said = spoken(read.values())
         else:  # the two fields alone: no record parsed for what ranks below the first k
             said = self.store.said(ids, scope)
         extra = ranking.bonuses(said, names, when, config)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -166,6 +166,11 @@ def read_cursor(cursor: str) -> tuple[int, int]:
     return cursor_ms(int(matched.group(1))), sequence
 
 
+def spoken(records: Iterable[MemoryRecord]) -> dict[str, tuple[str | None, str]]:
+    """Who said each of ``records`` and what, by id, as ``MemoryStore.said`` gives them."""
+    return {r.id: (r.context.speaker if r.context else None, r.text) for r in records}
+
+
 class MemoryStore(ABC):
     """Durable storage of memory records. All methods are thread-safe."""
 
@@ -216,8 +221,7 @@ class MemoryStore(ABC):
         ``context.speaker`` (None where none is recorded) and its text, for ranking
         (``ranking.bonuses``). Here through ``get``; a store that can read the two fields
         without parsing whole records does (the SQL stores)."""
-        found = self.get(ids, scope)
-        return {r.id: (r.context.speaker if r.context else None, r.text) for r in found}
+        return spoken(self.get(ids, scope))
 
     @abstractmethod
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
