@@ -283,9 +283,7 @@ class LocalEmbedder:
                 del self._waiting[:BATCH_SIZE]
                 try:
                     sessions = self._query_sessions(2 if len(batch) == 2 else 1)
-                except (
-                    BaseException
-                ) as exc:  # boundary: the model cannot load, every caller is told
+                except BaseException as exc:  # boundary: no model, every caller is told
                     for waiting in batch:
                         waiting.error = exc
                     self._running = False
@@ -305,11 +303,10 @@ class LocalEmbedder:
         made when first needed: the fast copy every query used before, then a second copy of
         it (the caller holds ``_turn``)."""
         while len(self._made) < min(count, self._sessions):
-            exact = self._model()[0]
-            first = not self._made
-            self._made.append(
-                self._query() if first else self._load_fast(exact, self._query_threads)
-            )
+            if self._made:
+                self._made.append(self._load_fast(self._model()[0], self._query_threads))
+            else:
+                self._made.append(self._query())
         return self._made[:count]
 
     def _run_split(self, batch: list[_Slot], sessions: list[ort.InferenceSession]) -> None:
