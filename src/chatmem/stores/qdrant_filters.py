@@ -194,7 +194,7 @@ def memory_payload(record: MemoryRecord) -> dict[str, Any]:
 def record_of(payload: dict[str, Any] | None, key: str = "body") -> MemoryRecord:
     """The record a payload holds under ``key``."""
     assert payload is not None
-    return MemoryRecord.model_validate_json(payload[key])
+    return MemoryRecord.stored(payload[key])
 
 
 def memory_point(record: MemoryRecord, vector: Sequence[float]) -> models.PointStruct:

@@ -29,7 +29,7 @@ HISTORY_COLUMNS = "memory_id, tenant_id, user_id, version, event, old, new, reas
 
 def record_of(body: str) -> MemoryRecord:
     """The record a row's JSON ``body`` holds."""
-    return MemoryRecord.model_validate_json(body)
+    return MemoryRecord.stored(body)
 
 
 def columns(record: MemoryRecord, moment: Callable[[datetime], Any]) -> tuple[Any, ...]:

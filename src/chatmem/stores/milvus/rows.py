@@ -59,7 +59,7 @@ def _unpack(stored: str) -> str:
 
 def record_of(stored: str) -> MemoryRecord:
     """The record a row's ``body`` (or a history row's ``old``, ``new``) holds."""
-    return MemoryRecord.model_validate_json(_unpack(stored))
+    return MemoryRecord.stored(_unpack(stored))
 
 
 def _truncate_utf8(text: str, limit: int) -> str:
