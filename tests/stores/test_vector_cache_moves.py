@@ -18,6 +18,7 @@ from chatmem.stores import SQLiteStore
 from chatmem.stores.base import Change, SearchQuery
 from chatmem.stores.sqlite import search as halves
 from chatmem.stores.sqlite import writes
+from chatmem.stores.vector_cache import Row
 
 DIMENSION = 8
 EMBEDDING = EmbeddingInfo(model="test", dimension=DIMENSION)
@@ -200,16 +201,16 @@ def test_warming_a_user_leaves_its_first_search_nothing_to_read(
 class _Snapshot:
     """A user's rows as one snapshot holds them (``vector_cache.UserRows``)."""
 
-    def __init__(self, rows: list[tuple[int, bytes, str]]) -> None:
+    def __init__(self, rows: list[Row]) -> None:
         self.rows = rows
 
-    def after(self, rowid: int) -> list[tuple[int, bytes, str]]:
+    def after(self, rowid: int) -> list[Row]:
         return [row for row in self.rows if row[0] > rowid]
 
     def still_there(self, rowids: np.ndarray, changed: int) -> np.ndarray:
         return np.isin(rowids, [row[0] for row in self.rows])
 
-    def edited_since(self, edited: int) -> list[tuple[int, bytes, str]]:
+    def edited_since(self, edited: int) -> list[Row]:
         return []
 
 
@@ -217,7 +218,7 @@ def test_a_snapshot_older_than_the_cache_reads_the_user_at_its_own_versions() ->
     from chatmem.stores.vector_cache import VectorCache
 
     rng = np.random.default_rng(11)
-    rows = [(n, _vector(rng).tobytes(), f"m{n}") for n in (1, 2)]
+    rows = [(n, _vector(rng).tobytes(), f"m{n}", None, False) for n in (1, 2)]
     cache = VectorCache()
     newer = cache.vectors("u", (2, 0, 0), DIMENSION, _Snapshot(rows))
     assert newer.rowids.tolist() == [1, 2]

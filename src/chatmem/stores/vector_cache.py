@@ -18,8 +18,8 @@ began before another's write) reads the user whole, at its own versions.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -27,8 +27,11 @@ import numpy.typing as npt
 from chatmem.caches import LRUCache
 from chatmem.records import Vector
 
-#: (rowid, vector blob, memory id) of a user's rows, in rowid order.
-Rows = Iterable[tuple[int, bytes, str]]
+#: A user's row as the cache reads it: (rowid, vector blob, memory id, the session of a chat
+#: turn or None, whether its text asks something).
+Row = tuple[int, bytes, str, str | None, bool]
+#: A user's rows, in rowid order.
+Rows = Iterable[Row]
 #: A user's (appended, changed, edited) counters, as ``user_versions`` holds them.
 Versions = tuple[int, int, int]
 
@@ -50,6 +53,111 @@ class UserRows(Protocol):
 DEFAULT_BUDGET_BYTES = 512 * 1024 * 1024
 
 
+@dataclass(frozen=True)
+class Turns:
+    """Each row's session as a number (-1: not a chat turn) and whether its text asks
+    something. ``codes`` numbers the sessions; the versions of one user's vectors share it,
+    and a session keeps its number."""
+
+    sessions: npt.NDArray[np.int64]
+    asks: npt.NDArray[np.bool_]
+    codes: dict[str, int]
+
+    @classmethod
+    def of(cls, rows: list[Row], codes: dict[str, int]) -> Turns:
+        sessions = np.fromiter(
+            (-1 if r[3] is None else codes.setdefault(r[3], len(codes)) for r in rows),
+            np.int64,
+            len(rows),
+        )
+        return cls(sessions, np.fromiter((bool(r[4]) for r in rows), np.bool_, len(rows)), codes)
+
+    def at(self, positions: npt.NDArray[np.intp]) -> Turns:
+        return Turns(self.sessions[positions], self.asks[positions], self.codes)
+
+    def then(self, more: Turns) -> Turns:
+        """These rows' turns, then ``more``'s (numbered with these codes)."""
+        return Turns(
+            np.concatenate([self.sessions, more.sessions]),
+            np.concatenate([self.asks, more.asks]),
+            self.codes,
+        )
+
+
+#: How alike an answer and the question before it must be (the cosine of their vectors) to
+#: be scored together: below it, the turn changed the subject ("How did the rest of your
+#: day go?" then "I think I need a holiday, work has been a lot."), and the two together
+#: would lift it for whatever the question was about. Chosen on LoCoMo conversations 0-4
+#: (0.2 and 0 tie there; 0.3 and 0.4 score lower); docs/benchmarks.md "An answer scored
+#: with its question".
+ANSWER_MIN_COSINE = 0.2
+
+
+class Replies(NamedTuple):
+    """A user's answers to questions: row ``answer[n]`` is the turn after ``question[n]``
+    in its session, and ``norm[n]`` is the length of the sum of their two vectors. The
+    cosine of a query with the question and answer together (the sum of the two unit
+    vectors, made unit length) is ``(s[answer] + s[question]) / norm`` for the rows'
+    cosines ``s``: scored without embedding anything again. ``last`` is each session's
+    last row, where the next appended turn of it follows."""
+
+    answer: npt.NDArray[np.intp]
+    question: npt.NDArray[np.intp]
+    norm: npt.NDArray[np.float32]
+    last: dict[int, int]
+
+    def appended(self, matrix: Vector, turns: Turns, start: int) -> Replies:
+        """These replies with those of the rows from ``start`` on, appended after the rows
+        these were computed for (a chat's next turns: only their pairs are computed)."""
+        last = dict(self.last)
+        answer: list[int] = []
+        question: list[int] = []
+        for row, code in enumerate(turns.sessions[start:].tolist(), start):
+            if code < 0:
+                continue
+            before = last.get(code)
+            if before is not None and turns.asks[before]:
+                answer.append(row)
+                question.append(before)
+            last[code] = row
+        extra = _alike(matrix, np.array(answer, np.intp), np.array(question, np.intp), last)
+        return Replies(
+            np.concatenate([self.answer, extra.answer]),
+            np.concatenate([self.question, extra.question]),
+            np.concatenate([self.norm, extra.norm]),
+            last,
+        )
+
+
+def _replies(matrix: Vector, turns: Turns) -> Replies:
+    """Each chat turn whose session's turn just before it (in rowid order, the order they
+    were stored in) asks something, and whose vector is at least ``ANSWER_MIN_COSINE``
+    like that question's."""
+    session = turns.sessions
+    order = np.argsort(session, kind="stable")  # each session's rows together, in order
+    grouped = session[order]
+    follows = (grouped[1:] == grouped[:-1]) & (grouped[1:] >= 0)
+    answer, question = order[1:][follows], order[:-1][follows]
+    asked = turns.asks[question]
+    ends = np.flatnonzero(np.append(grouped[1:] != grouped[:-1], True)) if len(order) else order
+    ending = zip(grouped[ends].tolist(), order[ends].tolist(), strict=True)
+    last = {code: row for code, row in ending if code >= 0}
+    return _alike(matrix, answer[asked], question[asked], last)
+
+
+def _alike(
+    matrix: Vector,
+    answer: npt.NDArray[np.intp],
+    question: npt.NDArray[np.intp],
+    last: dict[int, int],
+) -> Replies:
+    """The pairs of ``answer`` and ``question`` rows whose vectors are alike enough."""
+    dots = np.einsum("ij,ij->i", matrix[answer], matrix[question])
+    alike = dots >= ANSWER_MIN_COSINE
+    norm = np.sqrt(2.0 + 2.0 * dots[alike]).astype(np.float32)
+    return Replies(answer[alike].astype(np.intp), question[alike].astype(np.intp), norm, last)
+
+
 @dataclass
 class UserVectors:
     """One user's vectors, ordered by rowid (rowids only grow, so appends keep the order)."""
@@ -59,10 +167,20 @@ class UserVectors:
     versions: Versions
     #: The memory id of each row (a rowid's id never changes: rowids are not reused).
     ids: list[str]
+    #: Each row's session, for a chat turn, and whether its text asks something.
+    turns: Turns
+    _answers: Replies | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes + self.rowids.nbytes) + 90 * len(self.ids)
+        return int(self.matrix.nbytes + self.rowids.nbytes) + 100 * len(self.ids)
+
+    def replies(self) -> Replies:
+        """The chat turns that follow a turn asking something in their session, and how to
+        score them as the question and answer together (``Replies``); computed once."""
+        if self._answers is None:  # two threads may both compute it: the same value
+            self._answers = _replies(self.matrix, self.turns)
+        return self._answers
 
     def ids_of(self, rowids: Iterable[int]) -> dict[int, str]:
         """The ids of those of ``rowids`` held here."""
@@ -97,14 +215,22 @@ class UserVectors:
             fresh = fresh._pruned(rows.still_there(self.rowids, self.versions[1]))
             fresh = fresh._rewritten(rows.edited_since(self.versions[2]))
         if versions[0] != self.versions[0]:
-            extra = _build(rows.after(self.last_rowid), self.matrix.shape[1], versions)
+            extra = _build(
+                rows.after(self.last_rowid), self.matrix.shape[1], versions, self.turns.codes
+            )
             fresh = UserVectors(
                 np.concatenate([fresh.rowids, extra.rowids]),
                 np.concatenate([fresh.matrix, extra.matrix]),
                 versions,
                 fresh.ids + extra.ids,
+                fresh.turns.then(extra.turns),
             )
-        return UserVectors(fresh.rowids, fresh.matrix, versions, fresh.ids)
+        moved = UserVectors(fresh.rowids, fresh.matrix, versions, fresh.ids, fresh.turns)
+        if versions[1] == self.versions[1] and self._answers is not None:
+            # Rows were only appended: the replies found stay, the new rows' are added (a
+            # whole computation took 3.3 ms at 10,000 rows, paid by the search after a write).
+            moved._answers = self._answers.appended(moved.matrix, moved.turns, len(self.rowids))
+        return moved
 
     def _pruned(self, there: npt.NDArray[np.bool_]) -> UserVectors:
         kept = np.flatnonzero(there)
@@ -112,30 +238,42 @@ class UserVectors:
             return self
         ids = self.ids
         return UserVectors(
-            self.rowids[kept], self.matrix[kept], self.versions, [ids[i] for i in kept.tolist()]
+            self.rowids[kept],
+            self.matrix[kept],
+            self.versions,
+            [ids[i] for i in kept.tolist()],
+            self.turns.at(kept),
         )
 
     def _rewritten(self, rows: Rows) -> UserVectors:
         """With the vectors of ``rows`` that this matrix holds replaced (rows appended
         after it are read with the appends)."""
-        found = [(rowid, blob) for rowid, blob, _ in rows if rowid <= self.last_rowid]
+        found = [row for row in rows if row[0] <= self.last_rowid]
         if not found:
             return self
-        wanted = np.fromiter((rowid for rowid, _ in found), np.int64, len(found))
+        wanted = np.fromiter((row[0] for row in found), np.int64, len(found))
         at = np.minimum(np.searchsorted(self.rowids, wanted), len(self.rowids) - 1)
         held = self.rowids[at] == wanted  # all of them, unless a row changed hands
-        fresh = np.frombuffer(b"".join(blob for _, blob in found), np.float32)
+        fresh = np.frombuffer(b"".join(row[1] for row in found), np.float32)
         matrix = self.matrix.copy()
         matrix[at[held]] = fresh.reshape(len(found), matrix.shape[1])[held]
-        return UserVectors(self.rowids, matrix, self.versions, self.ids)
+        # An edit may change a turn's text (whether it asks), or its session.
+        edited = Turns.of(found, self.turns.codes)
+        turns = Turns(self.turns.sessions.copy(), self.turns.asks.copy(), self.turns.codes)
+        turns.sessions[at[held]] = edited.sessions[held]
+        turns.asks[at[held]] = edited.asks[held]
+        return UserVectors(self.rowids, matrix, self.versions, self.ids, turns)
 
 
-def _build(rows: Rows, dimension: int, versions: Versions) -> UserVectors:
+def _build(
+    rows: Rows, dimension: int, versions: Versions, codes: dict[str, int] | None = None
+) -> UserVectors:
     found = list(rows)
-    rowids = np.fromiter((r for r, _, _ in found), dtype=np.int64, count=len(found))
-    matrix = np.frombuffer(b"".join(blob for _, blob, _ in found), dtype=np.float32)
-    ids = [memory_id for _, _, memory_id in found]
-    return UserVectors(rowids, matrix.reshape(len(found), dimension), versions, ids)
+    rowids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
+    matrix = np.frombuffer(b"".join(r[1] for r in found), dtype=np.float32)
+    ids = [r[2] for r in found]
+    turns = Turns.of(found, {} if codes is None else codes)
+    return UserVectors(rowids, matrix.reshape(len(found), dimension), versions, ids, turns)
 
 
 class VectorCache:
@@ -162,7 +300,7 @@ class VectorCache:
         elif cached.versions[:2] == versions[:2]:
             # Only fields moved: the same arrays, marked as exact at the later ``edited``
             # (a vector changed after it bumps ``changed`` and a later ``edited`` both).
-            fresh = UserVectors(cached.rowids, cached.matrix, versions, cached.ids)
+            fresh = UserVectors(cached.rowids, cached.matrix, versions, cached.ids, cached.turns)
         else:
             fresh = cached.moved_on(rows, versions)
         self._keep(key, fresh)

@@ -18,7 +18,7 @@ from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.filters import Admitted
 from chatmem.stores.sqlite.keyword_cache import UserWords
 from chatmem.stores.sqlite.schema import FTS_WEIGHTS, fts_table, user_key, user_token
-from chatmem.stores.vector_cache import UserVectors, VectorCache
+from chatmem.stores.vector_cache import Row, UserVectors, VectorCache
 
 
 def user_versions(conn: sqlite3.Connection, tenant: str, user: str) -> Versions:
@@ -30,8 +30,13 @@ def user_versions(conn: sqlite3.Connection, tenant: str, user: str) -> Versions:
     return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
 
+# A chat turn (an episodic memory of a session) carries its session, and whether its text
+# asks something, for the answers to questions (``vector_cache.Replies``).
+_TURN = "m.session_id IS NOT NULL AND m.type = 'episodic'"
 _VECTORS = (
-    "SELECT v.rowid, v.embedding, m.id FROM memories AS m JOIN memory_vectors AS v"
+    f"SELECT v.rowid, v.embedding, m.id, CASE WHEN {_TURN} THEN m.session_id END,"
+    f" {_TURN} AND instr(json_extract(m.body, '$.content.raw'), '?') > 0"
+    " FROM memories AS m JOIN memory_vectors AS v"
     " ON v.rowid = m.rowid WHERE m.tenant_id = ? AND m.user_id = ?"
 )
 
@@ -42,22 +47,18 @@ class _UserRows:
     def __init__(self, conn: sqlite3.Connection, tenant: str, user: str) -> None:
         self._conn, self._user = conn, (tenant, user)
 
-    def after(self, rowid: int) -> list[tuple[int, bytes, str]]:
+    def after(self, rowid: int) -> list[Row]:
         sql = _VECTORS + " AND m.rowid > ? ORDER BY m.rowid"
-        rows: list[tuple[int, bytes, str]] = self._conn.execute(
-            sql, (*self._user, rowid)
-        ).fetchall()
+        rows: list[Row] = self._conn.execute(sql, (*self._user, rowid)).fetchall()
         return rows
 
     def still_there(self, rowids: npt.NDArray[np.int64], changed: int) -> npt.NDArray[np.bool_]:
         return writes.still_there(self._conn, *self._user, changed, rowids)
 
-    def edited_since(self, edited: int) -> list[tuple[int, bytes, str]]:
+    def edited_since(self, edited: int) -> list[Row]:
         # From the partial index memories_edited: only the rows updated since are read.
         sql = _VECTORS + " AND m.edited > ?"
-        rows: list[tuple[int, bytes, str]] = self._conn.execute(
-            sql, (*self._user, edited)
-        ).fetchall()
+        rows: list[Row] = self._conn.execute(sql, (*self._user, edited)).fetchall()
         return rows
 
 
@@ -88,8 +89,8 @@ def vector_half(
     tenant, user = query.filter.tenant_id, query.filter.require_user()
 
     vectors = user_vectors(conn, cache, dimension, tenant, user, versions)
-    scores = vectors.scores(vector)
     pool = admitted.positions(vectors.rowids)
+    scores = answered(vectors, vectors.scores(vector), pool)
     if len(pool) > query.candidates:
         best = np.argpartition(-scores[pool], query.candidates - 1)[: query.candidates]
         pool = pool[best]
@@ -98,6 +99,25 @@ def vector_half(
     for position, rowid in zip(vectors.positions(wanted), wanted, strict=True):
         found[int(rowid)] = float(scores[position])
     return found, vectors
+
+
+def answered(vectors: UserVectors, scores: Vector, pool: npt.NDArray[np.intp]) -> Vector:
+    """``scores`` where a chat turn that answers a question (the turn before it in its
+    session asks something) scores at least as the two together: "I've had them for 3
+    years now" says nothing of the turtles that "How long have you had them?" named. Only
+    pairs whose both turns the filter admitted count, so a memory a reader may not see
+    moves nothing (docs/benchmarks.md "An answer scored with its question")."""
+    replies = vectors.replies()
+    if not len(replies.answer):
+        return scores
+    seen = np.zeros(len(scores), dtype=np.bool_)
+    seen[pool] = True
+    both = seen[replies.answer] & seen[replies.question]
+    answer, question = replies.answer[both], replies.question[both]
+    together = (scores[answer] + scores[question]) / replies.norm[both]
+    lifted = scores.copy()
+    lifted[answer] = np.maximum(scores[answer], together)
+    return lifted
 
 
 def keyword_half(
