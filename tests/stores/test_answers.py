@@ -20,6 +20,7 @@ from chatmem.stores.vector_cache import (
     ANSWER_MIN_COSINE,
     Replies,
     Row,
+    SessionNumbers,
     Turns,
     UserVectors,
     VectorCache,
@@ -47,7 +48,7 @@ def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def _turns(sessions: list[str | None], asks: list[bool]) -> Turns:
     rows = [(n, b"", f"m{n}", s, a) for n, (s, a) in enumerate(zip(sessions, asks, strict=True))]
-    return Turns.of(rows, {})
+    return Turns.of(rows, SessionNumbers())
 
 
 def test_an_answer_is_the_next_turn_of_its_session_after_one_that_asks() -> None:
@@ -213,7 +214,7 @@ def test_replies_follow_appended_turns_as_a_whole_computation_finds_them() -> No
     assert len(first.replies().answer)  # computed, so the next version builds on it
     later = cache.vectors("u", (40, 0, 0), 8, _Rows(rows))
     assert later.turns.sessions.tolist() == first.turns.sessions.tolist() + [
-        first.turns.codes["ab"[n % 3 == 0]] for n in range(25, 40)
+        first.turns.numbers.of("ab"[n % 3 == 0]) for n in range(25, 40)
     ]
     assert later._answers is not None  # carried over, not computed again
     assert _pairs(later.replies()) == _pairs(_replies(later.matrix, later.turns))

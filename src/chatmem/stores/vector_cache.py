@@ -17,6 +17,7 @@ began before another's write) reads the user whole, at its own versions.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -53,34 +54,49 @@ class UserRows(Protocol):
 DEFAULT_BUDGET_BYTES = 512 * 1024 * 1024
 
 
+class SessionNumbers:
+    """A number for each session of one user, shared by the versions of its vectors (a
+    session keeps its number); safe for the searches of several threads at once."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def of(self, session: str | None) -> int:
+        """``session``'s number; -1 for None (not a chat turn)."""
+        if session is None:
+            return -1
+        number = self._numbers.get(session)
+        if number is None:
+            with self._lock:
+                number = self._numbers.setdefault(session, len(self._numbers))
+        return number
+
+
 @dataclass(frozen=True)
 class Turns:
     """Each row's session as a number (-1: not a chat turn) and whether its text asks
-    something. ``codes`` numbers the sessions; the versions of one user's vectors share it,
-    and a session keeps its number."""
+    something. ``numbers`` numbers the sessions."""
 
     sessions: npt.NDArray[np.int64]
     asks: npt.NDArray[np.bool_]
-    codes: dict[str, int]
+    numbers: SessionNumbers
 
     @classmethod
-    def of(cls, rows: list[Row], codes: dict[str, int]) -> Turns:
-        sessions = np.fromiter(
-            (-1 if r[3] is None else codes.setdefault(r[3], len(codes)) for r in rows),
-            np.int64,
-            len(rows),
-        )
-        return cls(sessions, np.fromiter((bool(r[4]) for r in rows), np.bool_, len(rows)), codes)
+    def of(cls, rows: list[Row], numbers: SessionNumbers) -> Turns:
+        sessions = np.fromiter((numbers.of(r[3]) for r in rows), np.int64, len(rows))
+        asks = np.fromiter((bool(r[4]) for r in rows), np.bool_, len(rows))
+        return cls(sessions, asks, numbers)
 
     def at(self, positions: npt.NDArray[np.intp]) -> Turns:
-        return Turns(self.sessions[positions], self.asks[positions], self.codes)
+        return Turns(self.sessions[positions], self.asks[positions], self.numbers)
 
     def then(self, more: Turns) -> Turns:
-        """These rows' turns, then ``more``'s (numbered with these codes)."""
+        """These rows' turns, then ``more``'s (numbered alike)."""
         return Turns(
             np.concatenate([self.sessions, more.sessions]),
             np.concatenate([self.asks, more.asks]),
-            self.codes,
+            self.numbers,
         )
 
 
@@ -216,7 +232,7 @@ class UserVectors:
             fresh = fresh._rewritten(rows.edited_since(self.versions[2]))
         if versions[0] != self.versions[0]:
             extra = _build(
-                rows.after(self.last_rowid), self.matrix.shape[1], versions, self.turns.codes
+                rows.after(self.last_rowid), self.matrix.shape[1], versions, self.turns.numbers
             )
             fresh = UserVectors(
                 np.concatenate([fresh.rowids, extra.rowids]),
@@ -258,21 +274,21 @@ class UserVectors:
         matrix = self.matrix.copy()
         matrix[at[held]] = fresh.reshape(len(found), matrix.shape[1])[held]
         # An edit may change a turn's text (whether it asks), or its session.
-        edited = Turns.of(found, self.turns.codes)
-        turns = Turns(self.turns.sessions.copy(), self.turns.asks.copy(), self.turns.codes)
+        edited = Turns.of(found, self.turns.numbers)
+        turns = Turns(self.turns.sessions.copy(), self.turns.asks.copy(), self.turns.numbers)
         turns.sessions[at[held]] = edited.sessions[held]
         turns.asks[at[held]] = edited.asks[held]
         return UserVectors(self.rowids, matrix, self.versions, self.ids, turns)
 
 
 def _build(
-    rows: Rows, dimension: int, versions: Versions, codes: dict[str, int] | None = None
+    rows: Rows, dimension: int, versions: Versions, numbers: SessionNumbers | None = None
 ) -> UserVectors:
     found = list(rows)
     rowids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
     matrix = np.frombuffer(b"".join(r[1] for r in found), dtype=np.float32)
     ids = [r[2] for r in found]
-    turns = Turns.of(found, {} if codes is None else codes)
+    turns = Turns.of(found, SessionNumbers() if numbers is None else numbers)
     return UserVectors(rowids, matrix.reshape(len(found), dimension), versions, ids, turns)
 
 
