@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from chatmem.records import MemoryRecord, Vector
+from chatmem.stores.vector_cache import Row
 
 
 def unit_vector(dimension: int, *weights: float) -> Vector:
@@ -20,3 +21,19 @@ def record(tenant: str, user: str, text: str, **fields: Any) -> MemoryRecord:
     return MemoryRecord.model_validate(
         {"tenant_id": tenant, "user_id": user, "content": {"raw": text}, **fields}
     )
+
+
+class Snapshot:
+    """A user's rows as one snapshot holds them (``vector_cache.UserRows``), none edited."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+
+    def after(self, rowid: int) -> list[Row]:
+        return [row for row in self.rows if row[0] > rowid]
+
+    def still_there(self, rowids: np.ndarray, changed: int) -> np.ndarray:
+        return np.isin(rowids, [row[0] for row in self.rows])
+
+    def edited_since(self, edited: int) -> list[Row]:
+        return []

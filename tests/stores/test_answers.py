@@ -26,6 +26,7 @@ from chatmem.stores.vector_cache import (
     VectorCache,
     _replies,
 )
+from tests.stores.helpers import Snapshot
 
 CHAT = [
     ("Joanna", "I went hiking in the mountains last weekend, the views were amazing."),
@@ -172,22 +173,6 @@ def test_a_deleted_question_no_longer_lifts_its_answer(
     assert score == pytest.approx(own, abs=1e-5)
 
 
-class _Rows:
-    """A user's rows as one snapshot holds them (``vector_cache.UserRows``)."""
-
-    def __init__(self, rows: list[Row]) -> None:
-        self.rows = rows
-
-    def after(self, rowid: int) -> list[Row]:
-        return [row for row in self.rows if row[0] > rowid]
-
-    def still_there(self, rowids: np.ndarray, changed: int) -> np.ndarray:
-        return np.isin(rowids, [row[0] for row in self.rows])
-
-    def edited_since(self, edited: int) -> list[Row]:
-        return []
-
-
 def _pairs(replies: Replies) -> set[tuple[int, int, float]]:
     return {
         (a, q, round(n, 5))
@@ -210,9 +195,9 @@ def test_replies_follow_appended_turns_as_a_whole_computation_finds_them() -> No
             (n + 1, vector.astype(np.float32).tobytes(), f"m{n}", "ab"[n % 3 == 0], n % 2 == 0)
         )
     cache = VectorCache()
-    first = cache.vectors("u", (25, 0, 0), 8, _Rows(rows[:25]))
+    first = cache.vectors("u", (25, 0, 0), 8, Snapshot(rows[:25]))
     assert len(first.replies().answer)  # computed, so the next version builds on it
-    later = cache.vectors("u", (40, 0, 0), 8, _Rows(rows))
+    later = cache.vectors("u", (40, 0, 0), 8, Snapshot(rows))
     assert later.turns.sessions.tolist() == first.turns.sessions.tolist() + [
         first.turns.numbers.of("ab"[n % 3 == 0]) for n in range(25, 40)
     ]

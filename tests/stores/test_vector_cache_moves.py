@@ -18,7 +18,7 @@ from chatmem.stores import SQLiteStore
 from chatmem.stores.base import Change, SearchQuery
 from chatmem.stores.sqlite import search as halves
 from chatmem.stores.sqlite import writes
-from chatmem.stores.vector_cache import Row
+from tests.stores.helpers import Snapshot
 
 DIMENSION = 8
 EMBEDDING = EmbeddingInfo(model="test", dimension=DIMENSION)
@@ -198,30 +198,14 @@ def test_warming_a_user_leaves_its_first_search_nothing_to_read(
         store.close()
 
 
-class _Snapshot:
-    """A user's rows as one snapshot holds them (``vector_cache.UserRows``)."""
-
-    def __init__(self, rows: list[Row]) -> None:
-        self.rows = rows
-
-    def after(self, rowid: int) -> list[Row]:
-        return [row for row in self.rows if row[0] > rowid]
-
-    def still_there(self, rowids: np.ndarray, changed: int) -> np.ndarray:
-        return np.isin(rowids, [row[0] for row in self.rows])
-
-    def edited_since(self, edited: int) -> list[Row]:
-        return []
-
-
 def test_a_snapshot_older_than_the_cache_reads_the_user_at_its_own_versions() -> None:
     from chatmem.stores.vector_cache import VectorCache
 
     rng = np.random.default_rng(11)
     rows = [(n, _vector(rng).tobytes(), f"m{n}", None, False) for n in (1, 2)]
     cache = VectorCache()
-    newer = cache.vectors("u", (2, 0, 0), DIMENSION, _Snapshot(rows))
+    newer = cache.vectors("u", (2, 0, 0), DIMENSION, Snapshot(rows))
     assert newer.rowids.tolist() == [1, 2]
     # A search whose snapshot began before the second row was added.
-    older = cache.vectors("u", (1, 0, 0), DIMENSION, _Snapshot(rows[:1]))
+    older = cache.vectors("u", (1, 0, 0), DIMENSION, Snapshot(rows[:1]))
     assert older.rowids.tolist() == [1] and older.ids == ["m1"]
