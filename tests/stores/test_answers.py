@@ -204,3 +204,18 @@ def test_replies_follow_appended_turns_as_a_whole_computation_finds_them() -> No
     assert later._answers is not None  # carried over, not computed again
     assert _pairs(later.replies()) == _pairs(_replies(later.matrix, later.turns))
     assert any(a >= 25 for a, _, _ in _pairs(later.replies()))
+
+
+def test_replies_are_kept_when_only_fields_moved() -> None:
+    """Usage is written after every injection (an ``edited`` move, no vector changed): the
+    replies found stay, not computed again on the next search."""
+    rng = np.random.default_rng(4)
+    rows: list[Row] = [
+        (n + 1, _unit(rng, 1)[0].tobytes(), f"m{n}", "s", n % 2 == 0) for n in range(10)
+    ]
+    cache = VectorCache()
+    first = cache.vectors("u", (10, 0, 0), 8, Snapshot(rows))
+    replies = first.replies()
+    later = cache.vectors("u", (10, 0, 1), 8, Snapshot(rows))
+    assert later is not first and later.versions == (10, 0, 1)
+    assert later._answers is replies

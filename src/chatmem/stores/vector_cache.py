@@ -315,8 +315,11 @@ class VectorCache:
             return cached
         elif cached.versions[:2] == versions[:2]:
             # Only fields moved: the same arrays, marked as exact at the later ``edited``
-            # (a vector changed after it bumps ``changed`` and a later ``edited`` both).
+            # (a vector changed after it bumps ``changed`` and a later ``edited`` both), and
+            # the same replies (a text that changes changes its vector): usage is written
+            # after every injection, and the pairs took 3.3 ms at 10,000 rows.
             fresh = UserVectors(cached.rowids, cached.matrix, versions, cached.ids, cached.turns)
+            fresh._answers = cached._answers
         else:
             fresh = cached.moved_on(rows, versions)
         self._keep(key, fresh)
