@@ -59,6 +59,7 @@ import sys
 import tempfile
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -391,6 +392,7 @@ class ChatmemSystem:
         context_window: int | None = None,
         document_model: str = "fast",
         proxy_threshold: float | None = None,
+        store: str | None = None,
     ) -> None:
         # "chatmem-exact": memories embedded with the packaged model, as before 2026-11-26.
         self.name = "chatmem" if document_model == "fast" else f"chatmem-{document_model}"
@@ -408,7 +410,7 @@ class ChatmemSystem:
             options["document_model"] = document_model
         window = {} if context_window is None else {"context_window": context_window}
         self._mem = long_term_memory.open(
-            f"sqlite:///{workdir / 'chatmem.db'}", embedder=LocalEmbedder(**options), **window
+            store_uri(store, workdir), embedder=LocalEmbedder(**options), **window
         )
         params = inspect.signature(self._mem.search).parameters
         self._search_kwargs: dict[str, Any] = {"threshold": 0.0} if "threshold" in params else {}
@@ -421,6 +423,7 @@ class ChatmemSystem:
             "context_window": context_window,
             "injection": "search" if proxy_threshold is None else "proxy's Retriever",
             "proxy_threshold": proxy_threshold,
+            "store": (store or "sqlite").split(":", 1)[0],
         }
         self._ingested: list[list[Any]] = []
 
@@ -508,6 +511,15 @@ class ChatmemSystem:
             self._retriever.close()
         self._time_embedder_alone()
         self._mem.close()
+
+
+def store_uri(template: str | None, workdir: Path) -> str:
+    """The store chatmem opens: SQLite in ``workdir`` by default, else ``template`` with
+    ``{dir}`` as ``workdir`` and ``{run}`` as a fresh name (a PostgreSQL schema, a Qdrant or
+    Milvus prefix), so that every system and ingest mode gets a store of its own."""
+    if template is None:
+        return f"sqlite:///{workdir / 'chatmem.db'}"
+    return template.format(dir=workdir, run=f"locomo_{uuid.uuid4().hex[:12]}")
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -784,7 +796,11 @@ def build_system(name: str, workdir: Path, args: argparse.Namespace) -> System:
         return Mem0System(workdir, args.speaker_prefix)
     if name == "chatmem":
         return ChatmemSystem(
-            workdir, args.query_model, args.context_window, proxy_threshold=args.proxy_threshold
+            workdir,
+            args.query_model,
+            args.context_window,
+            proxy_threshold=args.proxy_threshold,
+            store=args.store,
         )
     if name == "chatmem-exact":
         return ChatmemSystem(workdir, args.query_model, args.context_window, "exact")
@@ -1027,6 +1043,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="chatmem's injection through the proxy's Retriever (rerank, this relevance "
         "threshold, expansion) with k = --inject-k; the service's defaults are 0.6 and 5",
+    )
+    p.add_argument(
+        "--store",
+        default=None,
+        help="chatmem's store URI (default: SQLite in a fresh folder); {dir} is that folder "
+        "and {run} a fresh name, e.g. 'postgresql://u@h/db?prefix={run}', "
+        "'qdrant+local:///{dir}/q', 'milvus:///{dir}/m'",
     )
     p.add_argument(
         "--no-speaker-prefix",

@@ -1,10 +1,12 @@
 """An answer is scored with the question before it (issue 18): "I've had them for 3 years
 now" says nothing of the turtles that "How long have you had them?" named, so the SQLite
 store's vector half gives a chat turn that answers a question at least the cosine of the two
-turns together (``vector_cache.Replies``, ``search.answered``)."""
+turns together (``vector_cache.Replies``, ``search.answered``); the PostgreSQL store does
+the same for its candidates (``postgres.search.answer_pairs``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 from chatmem import LongTermMemory, RankingConfig
 from chatmem.embeddings import LocalEmbedder
 from chatmem.records import Filter
+from chatmem.stores import MemoryStore
 from chatmem.stores.sqlite import SQLiteStore
 from chatmem.stores.sqlite import search as halves
 from chatmem.stores.vector_cache import (
@@ -26,7 +29,12 @@ from chatmem.stores.vector_cache import (
     VectorCache,
     _replies,
 )
+from tests.pg_server import drop_schema
+from tests.stores.conftest import schema_for
 from tests.stores.helpers import Snapshot
+
+#: Opens the same store each time it is called.
+Opener = Callable[[], MemoryStore]
 
 CHAT = [
     ("Joanna", "I went hiking in the mountains last weekend, the views were amazing."),
@@ -95,9 +103,23 @@ def test_the_lift_is_the_cosine_of_the_two_together_and_never_lowers_a_score() -
     assert np.array_equal(halves.answered(vectors, plain, np.arange(1, 6)), plain)
 
 
-def _store(path: Path, embedder: LocalEmbedder, roles: dict[int, list[str]] | None = None) -> Path:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    """The store the chat is kept in: a SQLite file, or a PostgreSQL schema of its own."""
+    if request.param == "sqlite":
+        return lambda: SQLiteStore(tmp_path / "chat.db")
+    from chatmem.stores.postgres import PostgresStore
+
+    uri, schema = str(request.getfixturevalue("postgres_uri")), schema_for(tmp_path)
+    request.addfinalizer(lambda: drop_schema(uri, schema))
+    return lambda: PostgresStore(uri, prefix=schema, pool_size=2)
+
+
+def _store(
+    opener: Opener, embedder: LocalEmbedder, roles: dict[int, list[str]] | None = None
+) -> Opener:
     start = datetime(2024, 5, 1, 9, tzinfo=UTC)
-    with LongTermMemory(SQLiteStore(path), embedder) as memory:
+    with LongTermMemory(opener(), embedder) as memory:
         for minute, (speaker, text) in enumerate(CHAT):
             memory.add(
                 [{"role": "user", "name": speaker, "content": text, "timestamp": start}],
@@ -106,15 +128,13 @@ def _store(path: Path, embedder: LocalEmbedder, roles: dict[int, list[str]] | No
                 allowed_roles=(roles or {}).get(minute),
             )
             start += timedelta(minutes=1)
-    return path
+    return opener
 
 
-def _opened(path: Path, embedder: LocalEmbedder) -> LongTermMemory:
+def _opened(opener: Opener, embedder: LocalEmbedder) -> LongTermMemory:
     """The store with the question always embedded as asked (no speaker's name left out),
     so a memory's own cosine is that of ``embed_query(ASKED)``."""
-    return LongTermMemory(
-        SQLiteStore(path), embedder, ranking_config=RankingConfig(name_free_share=0.0)
-    )
+    return LongTermMemory(opener(), embedder, ranking_config=RankingConfig(name_free_share=0.0))
 
 
 def _searched(
@@ -132,8 +152,8 @@ def _searched(
     return found
 
 
-def test_the_answer_to_a_question_scores_with_it(tmp_path: Path, embedder: LocalEmbedder) -> None:
-    with _opened(_store(tmp_path / "chat.db", embedder), embedder) as memory:
+def test_the_answer_to_a_question_scores_with_it(opener: Opener, embedder: LocalEmbedder) -> None:
+    with _opened(_store(opener, embedder), embedder) as memory:
         found = _searched(memory)
     rank, score, own = found[ANSWER]
     assert score > own + 0.1  # 0.60 against 0.41 on the machines measured
@@ -145,10 +165,10 @@ def test_the_answer_to_a_question_scores_with_it(tmp_path: Path, embedder: Local
 
 
 def test_a_question_a_reader_may_not_see_lifts_nothing_for_them(
-    tmp_path: Path, embedder: LocalEmbedder
+    opener: Opener, embedder: LocalEmbedder
 ) -> None:
-    path = _store(tmp_path / "chat.db", embedder, roles={4: ["hr"]})  # the question only
-    with _opened(path, embedder) as memory:
+    stored = _store(opener, embedder, roles={4: ["hr"]})  # the question only
+    with _opened(stored, embedder) as memory:
         unseen = _searched(memory, frozenset())
         seen = _searched(memory, frozenset({"hr"}))
     assert QUESTION not in unseen and QUESTION in seen
@@ -158,9 +178,9 @@ def test_a_question_a_reader_may_not_see_lifts_nothing_for_them(
 
 
 def test_a_deleted_question_no_longer_lifts_its_answer(
-    tmp_path: Path, embedder: LocalEmbedder
+    opener: Opener, embedder: LocalEmbedder
 ) -> None:
-    with _opened(_store(tmp_path / "chat.db", embedder), embedder) as memory:
+    with _opened(_store(opener, embedder), embedder) as memory:
         question = next(
             r for r in memory.list(Filter(user_id="u")).records if r.content.raw == QUESTION
         )

@@ -210,6 +210,31 @@ def test_keyword_search_matches_stemmed_words_of_one_user(store: MemoryStore, te
     assert found[0].vector_score is None
 
 
+def test_a_rare_word_outweighs_one_most_memories_hold(store: MemoryStore, tenant: str) -> None:
+    """Words weigh by how few of the user's memories hold them (BM25's idf): the user's
+    own name, in most memories, tells nothing apart. Without idf, the short memories that
+    hold only the name outrank the longer one holding the rare word."""
+    if not store.capabilities.keyword_search:
+        pytest.skip("backend has no keyword search")
+    common = [f"Caroline smiled {word}." for word in ("today", "again", "twice", "once")]
+    put(store, *[(record(tenant, "u", text), unit(1, i / 10)) for i, text in enumerate(common)])
+    (rare,) = put(
+        store,
+        (
+            record(tenant, "u", "Yesterday afternoon we adopted a small turtle from the shelter"),
+            unit(0, 1),
+        ),
+    )
+    found = store.search(
+        SearchQuery(Filter(tenant_id=tenant, user_id="u"), text="Caroline turtle", candidates=5)
+    )
+    ranked = sorted(found, key=lambda c: -(c.keyword_score or 0.0))
+    assert ranked[0].id == rare.id
+    # Strictly first: Milvus and Qdrant count idf over the whole collection (other tests'
+    # memories too), so the margin is theirs to set.
+    assert (ranked[0].keyword_score or 0.0) > max(c.keyword_score or 0.0 for c in ranked[1:])
+
+
 def test_keyword_finds_carry_their_cosine_too(store: MemoryStore, tenant: str) -> None:
     if not store.capabilities.keyword_search:
         pytest.skip("backend has no keyword search")

@@ -27,9 +27,17 @@ With an older pgvector every search is exact.
 
 Keyword search: ``search`` holds the memory's text (weight A), the previous turn (B), the next
 turn (C) and the day it was said (D), analysed with the ``english`` configuration (Snowball
-stems, stop words). A query's content words (``text.query_terms``) are OR-ed, and hits are
-ranked with ``ts_rank`` under ``RANK_WEIGHTS`` (the SQLite store's FTS weights) and length
-normalisation. Keyword hits carry their cosine too when the query has a vector.
+stems, stop words). A query's content words (``text.query_terms``) are OR-ed; a hit's score
+is each word's ``ts_rank`` (under ``RANK_WEIGHTS``, the SQLite store's FTS weights, and length
+normalisation) times the word's idf among the user's memories, as FTS5's ``bm25()`` weighs
+it, so the user's own name, in most memories, weighs next to nothing. Keyword hits carry
+their cosine too when the query has a vector.
+
+Answers. A candidate chat turn that answers a question (the turn before it in its session
+asks something, and both are admitted) is scored at least as the two together, as in the
+SQLite store; the answer to a candidate question joins the candidates
+(``search.answer_pairs``, through the index ``memories_by_session``). The SQLite store does
+this for every row of the user, this store for the candidates of each half.
 
 Each write is one transaction on a pooled connection (psycopg 3, ``psycopg_pool``); updates
 lock the row and check its version (optimistic concurrency). Keeping the HNSW index current

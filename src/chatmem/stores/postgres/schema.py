@@ -74,6 +74,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX memories_expiring ON {schema}.memories (tenant_id, user_id, expires_at)
         WHERE expires_at IS NOT NULL;
     """,
+    # A search scores an answer with its question: the chat turn before or after a
+    # candidate in its session is looked up by this index (``search.answer_pairs``).
+    """
+    CREATE INDEX memories_by_session ON {schema}.memories (tenant_id, user_id, session_id, seq)
+        WHERE session_id IS NOT NULL AND type = 'episodic';
+    """,
 )
 #: user_metadata keys with an index (migration 2); a filter on one of them names the key in
 #: the SQL text, the index's own expression, so the planner can use it.

@@ -9,6 +9,7 @@ from typing import Any
 from chatmem import text as textlib
 from chatmem.records import Filter, Vector
 from chatmem.stores.base import SearchQuery
+from chatmem.stores.postgres.filters import where
 from chatmem.stores.postgres.schema import TEXT_SEARCH_CONFIG, index_text
 from chatmem.stores.postgres_db import Connection
 
@@ -21,6 +22,8 @@ MAX_EF_SEARCH = 1_000
 RANK_WEIGHTS = "{1.0, 0.3, 0.5, 1.0}"
 #: ts_rank normalisation 1: divide by 1 + log(document length), as BM25 favours short texts.
 RANK_NORMALISATION = 1
+#: The least idf a term gets (FTS5's, for a word in more than half of the rows).
+IDF_FLOOR = 1e-6
 
 
 def vector_half(
@@ -75,35 +78,114 @@ def keyword_half(
     vector: Vector | None,
     where: tuple[str, list[Any]],
 ) -> list[tuple[int, str, float, float | None]]:
-    """The best ``candidates`` rows by words, with their cosine when there is a vector."""
+    """The best ``candidates`` rows by words, with their cosine when there is a vector.
+
+    A row's score is each term's ``ts_rank`` times the term's idf among the user's
+    memories, as FTS5's ``bm25()`` weighs it: ``log((N - n + 0.5) / (n + 0.5))`` for a term
+    ``n`` of the user's ``N`` memories hold, at least ``IDF_FLOOR``. So a word that most of
+    a user's memories hold (the user's own name) weighs next to nothing, as in the SQLite
+    store; ``ts_rank`` alone weighs every word the same. ``n`` and ``N`` count all of the
+    user's memories, so a filter never changes the score of a memory it admits. One
+    statement: the rows holding any term, each term's rank and count over them (a window),
+    then the filter."""
     assert query.text is not None
-    terms = textlib.query_terms(query.text)
+    terms = [index_text(term) for term in textlib.query_terms(query.text)]
     if not terms:
         return []
     conditions, params = where
-    # The terms are words (letters, digits, inner apostrophes), so the only operator
-    # websearch_to_tsquery sees is the "or" between them.
-    words = " or ".join(index_text(term) for term in terms)
-    # The cosine is computed outside the ranked subquery: only for the rows kept.
-    cosine = "1 - (best.embedding <=> %s::vector)" if vector is not None else "NULL::float8"
+    each = range(len(terms))
+    queries = ", ".join(f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s) AS q{i}" for i in each)
+    # numnode: a term PostgreSQL's stop words empty ranks 0, without a notice a row.
+    ranks = ", ".join(
+        f"CASE WHEN numnode(d.q{i}) > 0 THEN"
+        f" ts_rank('{RANK_WEIGHTS}', d.doc, d.q{i}, {RANK_NORMALISATION}) ELSE 0 END AS r{i}"
+        for i in each
+    )
+    held = [f"COUNT(*) FILTER (WHERE x.r{i} > 0) OVER ()" for i in each]
+    score = " + ".join(
+        f"GREATEST({IDF_FLOOR}, ln((t.n - {n} + 0.5) / ({n} + 0.5))) * x.r{i}"
+        for i, n in enumerate(held)
+    )
+    any_term = " || ".join(f"q.q{i}" for i in each)
+    user = [query.filter.tenant_id, query.filter.require_user()]
+    # The cosine is computed last: only for the rows kept.
+    cosine = "1 - (e.embedding <=> %s::vector)" if vector is not None else "NULL::float8"
     sql = (
         f"SELECT best.seq, best.id, best.rank, {cosine} FROM ("
-        f"SELECT m.seq, m.id, m.embedding,"
-        f" ts_rank('{RANK_WEIGHTS}', m.search, q, {RANK_NORMALISATION}) AS rank"
-        f" FROM {memories} AS m,"
-        f" websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s) AS q"
-        f" WHERE {conditions} AND m.search @@ q ORDER BY rank DESC, m.seq LIMIT %s) AS best"
+        f"SELECT s.seq, s.id, s.rank FROM ("
+        f"SELECT x.seq, x.id, x.admitted, {score} AS rank FROM ("
+        f"SELECT d.seq, d.id, d.admitted, {ranks} FROM ("
+        # Read once: a row's search vector is stored compressed, and each term's ts_rank
+        # would decompress it again (OFFSET 0 keeps the planner from inlining the copy,
+        # and the window below from carrying it).
+        f"SELECT m.seq, m.id, ({conditions}) AS admitted,"
+        f" m.search || ''::tsvector AS doc, q.*"
+        f" FROM {memories} AS m, (SELECT {queries}) AS q"
+        f" WHERE m.tenant_id = %s AND m.user_id = %s AND m.search @@ ({any_term})"
+        " OFFSET 0) AS d OFFSET 0) AS x,"
+        f" (SELECT COUNT(*) AS n FROM {memories} WHERE tenant_id = %s AND user_id = %s) AS t"
+        f") AS s WHERE s.admitted ORDER BY s.rank DESC, s.seq LIMIT %s) AS best"
+        f" JOIN {memories} AS e ON e.seq = best.seq ORDER BY best.rank DESC, best.seq"
     )
     head = [vector] if vector is not None else []
-    rows = conn.execute(sql, [*head, words, *params, query.candidates]).fetchall()
+    values = [*head, *params, *terms, *user, *user, query.candidates]
+    rows = conn.execute(sql, values).fetchall()
     return [
         (int(seq), str(memory_id), float(rank), None if cos is None else float(cos))
         for seq, memory_id, rank, cos in rows
     ]
 
 
+#: A chat turn: an episodic memory of a session (alias ``{a}``).
+_TURN = "{a}.session_id IS NOT NULL AND {a}.type = 'episodic'"
+#: Whether the chat turn ``{a}`` asks something (its text holds a question mark).
+_ASKS = "strpos(({a}.body::jsonb) #>> '{{content,raw}}', '?') > 0"
+#: The chat turn just before (``<``, ``DESC``) or after (``>``, ``ASC``) the turn ``c`` in
+#: its session, in the order the turns were stored (the index ``memories_by_session``).
+_NEIGHBOUR = (
+    "SELECT * FROM {memories} AS n WHERE n.tenant_id = c.tenant_id"
+    " AND n.user_id = c.user_id AND n.session_id = c.session_id AND n.type = 'episodic'"
+    " AND n.seq {op} c.seq ORDER BY n.seq {order} LIMIT 1"
+)
+
+
+def answer_pairs(
+    conn: Connection,
+    memories: str,
+    scope: Filter,
+    vector: Vector,
+    seqs: list[int],
+) -> list[tuple[int, str, float, float, float]]:
+    """The question-and-answer pairs that the rows ``seqs`` (a search's candidates) are
+    part of, as the SQLite store's ``vector_cache.Replies`` makes them: a chat turn that
+    asks something and the turn after it in its session, both admitted by ``scope`` (the
+    candidates are). For each: the answer's seq, id and cosine with ``vector``, the
+    question's cosine, and the cosine of the two. The answer to a candidate question
+    enters here even when it is no candidate itself."""
+    if not seqs:
+        return []
+    conditions, params = where(scope, "o")
+    rows: list[tuple[int, str, float, float, float]] = []
+    # c answers its turn before (o); then c asks and o, the turn after it, answers.
+    for answer, question, op, order in (("c", "o", "<", "DESC"), ("o", "c", ">", "ASC")):
+        neighbour = _NEIGHBOUR.format(memories=memories, op=op, order=order)
+        sql = (
+            f"SELECT {answer}.seq, {answer}.id, 1 - ({answer}.embedding <=> %s::vector),"
+            f" 1 - ({question}.embedding <=> %s::vector),"
+            f" -({answer}.embedding <#> {question}.embedding)"
+            f" FROM {memories} AS c CROSS JOIN LATERAL ({neighbour}) AS o"
+            f" WHERE c.seq = ANY(%s) AND {_TURN.format(a='c')} AND {conditions}"
+            f" AND {_ASKS.format(a=question)}"
+        )
+        found = conn.execute(sql, [vector, vector, seqs, *params]).fetchall()
+        rows += [(int(a), str(i), float(s), float(q), float(d)) for a, i, s, q, d in found]
+    return rows
+
+
 __all__ = [
+    "answer_pairs",
     "EXACT_SEARCH_ROWS",
+    "IDF_FLOOR",
     "MAX_EF_SEARCH",
     "RANK_NORMALISATION",
     "RANK_WEIGHTS",

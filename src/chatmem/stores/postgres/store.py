@@ -5,6 +5,7 @@ and search halves live in the sibling modules."""
 from __future__ import annotations
 
 import builtins
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,7 @@ from chatmem.stores.sql_rows import (
     page,
     record_of,
 )
+from chatmem.stores.vector_cache import ANSWER_MIN_COSINE
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: Found: seq -> (id, cosine, keyword score).
@@ -306,7 +308,25 @@ class PostgresStore(MemoryStore):
             ):
                 keyword = found[seq][2] if seq in found else None
                 found[seq] = (memory_id, cosine, keyword)
+            self._answered(conn, query, vector, found)
         return found
+
+    def _answered(
+        self, conn: Connection, query: SearchQuery, vector: Vector, found: _Found
+    ) -> None:
+        """A candidate chat turn that answers a question scored at least as the two
+        together, as in the SQLite store (``answered``): the answer to a candidate question
+        joins the candidates."""
+        seqs = sorted(found)
+        for seq, memory_id, answer, question, alike in halves.answer_pairs(
+            conn, self._memories, query.filter, vector, seqs
+        ):
+            if alike < ANSWER_MIN_COSINE:
+                continue
+            together = (answer + question) / math.sqrt(2.0 + 2.0 * alike)
+            held = found.get(seq)
+            best = max(answer, together, (held[1] or 0.0) if held else answer)
+            found[seq] = (memory_id, best, held[2] if held else None)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
