@@ -93,7 +93,21 @@ def keyword_half(
     if not terms:
         return []
     conditions, params = where
-    each = range(len(terms))
+    user = [query.filter.tenant_id, query.filter.require_user()]
+    sql = _idf_ranked(memories, conditions, len(terms), vector is not None)
+    head = [vector] if vector is not None else []
+    values = [*head, *params, *terms, *user, *user, query.candidates]
+    rows = conn.execute(sql, values).fetchall()
+    return [
+        (int(seq), str(memory_id), float(rank), None if cos is None else float(cos))
+        for seq, memory_id, rank, cos in rows
+    ]
+
+
+def _idf_ranked(memories: str, conditions: str, count: int, cosine: bool) -> str:
+    """``keyword_half``'s statement for ``count`` terms. Parameters: the query vector (when
+    ``cosine``), the filter's, the terms, the tenant and user twice, the limit."""
+    each = range(count)
     queries = ", ".join(f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s) AS q{i}" for i in each)
     # numnode: a term PostgreSQL's stop words empty ranks 0, without a notice a row.
     ranks = ", ".join(
@@ -107,11 +121,10 @@ def keyword_half(
         for i, n in enumerate(held)
     )
     any_term = " || ".join(f"q.q{i}" for i in each)
-    user = [query.filter.tenant_id, query.filter.require_user()]
     # The cosine is computed last: only for the rows kept.
-    cosine = "1 - (e.embedding <=> %s::vector)" if vector is not None else "NULL::float8"
-    sql = (
-        f"SELECT best.seq, best.id, best.rank, {cosine} FROM ("
+    similarity = "1 - (e.embedding <=> %s::vector)" if cosine else "NULL::float8"
+    return (
+        f"SELECT best.seq, best.id, best.rank, {similarity} FROM ("
         f"SELECT s.seq, s.id, s.rank FROM ("
         f"SELECT x.seq, x.id, x.admitted, {score} AS rank FROM ("
         f"SELECT d.seq, d.id, d.admitted, {ranks} FROM ("
@@ -127,13 +140,6 @@ def keyword_half(
         f") AS s WHERE s.admitted ORDER BY s.rank DESC, s.seq LIMIT %s) AS best"
         f" JOIN {memories} AS e ON e.seq = best.seq ORDER BY best.rank DESC, best.seq"
     )
-    head = [vector] if vector is not None else []
-    values = [*head, *params, *terms, *user, *user, query.candidates]
-    rows = conn.execute(sql, values).fetchall()
-    return [
-        (int(seq), str(memory_id), float(rank), None if cos is None else float(cos))
-        for seq, memory_id, rank, cos in rows
-    ]
 
 
 #: A chat turn: an episodic memory of a session (alias ``{a}``).
