@@ -361,3 +361,57 @@ def test_racing_updates_of_one_version_let_exactly_one_win(open_pg: OpenStore) -
     assert sorted(outcomes) == ["conflict"] * 5 + ["won"]
     history = shared.history(old.id, Filter(tenant_id="t"))
     assert [h.version for h in history] == [1, 2]
+
+
+# -- word counts (the idf of the keyword half) -------------------------------------------------
+
+
+def _keyword_scores(store: PostgresStore, text: str, user: str = "u") -> dict[str, float]:
+    found = store.search(SearchQuery(Filter(user_id=user), text=text, candidates=20))
+    return {c.id: c.keyword_score or 0.0 for c in found}
+
+
+def test_a_write_of_this_process_moves_the_word_weights_at_once(store: PostgresStore) -> None:
+    """The counts behind each word's idf are kept per user, and dropped when this process
+    writes to the user: a word that turns common weighs less on the next search."""
+    store.put(
+        [
+            Entry(record("default", "u", f"filler note number {i} about the weather"), unit(1))
+            for i in range(8)
+        ]
+    )
+    (turtle,) = [record("default", "u", "We adopted a turtle")]
+    store.put([Entry(turtle, unit(0, 1))])
+    rare = _keyword_scores(store, "turtle")[turtle.id]
+    store.put(
+        [
+            Entry(record("default", "u", f"turtle fact {i}: turtles live long"), unit(1))
+            for i in range(8)
+        ]
+    )
+    common = _keyword_scores(store, "turtle")[turtle.id]
+    assert common < rare / 10  # in 9 of 17 memories: an idf of 1e-6 against 1.9
+
+
+def test_word_counts_are_kept_only_for_their_time(postgres_uri: str, store: PostgresStore) -> None:
+    """Another process's writes reach the counts when they expire; until then the weight is
+    the one counted (no write of this process told it otherwise)."""
+    from chatmem.stores.postgres.words import WordCounts, idf
+
+    store.put([Entry(record("default", "u", f"a note on kayaks {i}"), unit(1)) for i in range(3)])
+    store.put([Entry(record("default", "u", f"a note on canoes {i}"), unit(1)) for i in range(5)])
+    counts = WordCounts(seconds=3600)
+    short = WordCounts(seconds=0)
+    with store._transaction() as conn:
+        assert counts.weights(conn, store._memories, ("default", "u"), ["kayak"]) == [idf(8, 3)]
+        assert short.weights(conn, store._memories, ("default", "u"), ["kayak"]) == [idf(8, 3)]
+    other = PostgresStore(postgres_uri, prefix=store.schema)  # another writer
+    try:
+        other.put([Entry(record("default", "u", f"kayaks again {i}"), unit(1)) for i in range(4)])
+    finally:
+        other.close()
+    with store._transaction() as conn:
+        assert counts.weights(conn, store._memories, ("default", "u"), ["kayak"]) == [idf(8, 3)]
+        assert short.weights(conn, store._memories, ("default", "u"), ["kayak"]) == [idf(12, 7)]
+        counts.forget({("default", "u")})
+        assert counts.weights(conn, store._memories, ("default", "u"), ["kayak"]) == [idf(12, 7)]

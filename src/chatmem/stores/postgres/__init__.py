@@ -30,8 +30,10 @@ turn (C) and the day it was said (D), analysed with the ``english`` configuratio
 stems, stop words). A query's content words (``text.query_terms``) are OR-ed; a hit's score
 is each word's ``ts_rank`` (under ``RANK_WEIGHTS``, the SQLite store's FTS weights, and length
 normalisation) times the word's idf among the user's memories, as FTS5's ``bm25()`` weighs
-it, so the user's own name, in most memories, weighs next to nothing. Keyword hits carry
-their cosine too when the query has a vector.
+it, so the user's own name, in most memories, weighs next to nothing; only the words above
+the idf floor find rows, where the query has any. The counts behind the idf are kept per
+user for 30 s (:mod:`~chatmem.stores.postgres.words`) and dropped when this process writes
+to the user. Keyword hits carry their cosine too when the query has a vector.
 
 Answers. A candidate chat turn that answers a question (the turn before it in its session
 asks something, and both are admitted) is scored at least as the two together, as in the
@@ -47,7 +49,8 @@ hold NUL characters: they are dropped from the keyword index, and refused in ids
 Modules: :mod:`~chatmem.stores.postgres.schema` (tables, migrations, pgvector and the HNSW
 index), :mod:`~chatmem.stores.postgres.filters` (a ``Filter`` in SQL),
 :mod:`~chatmem.stores.postgres.writes` (rows, history, vectors on the wire),
-:mod:`~chatmem.stores.postgres.search` (the vector and keyword halves) and
+:mod:`~chatmem.stores.postgres.search` (the vector and keyword halves, the answers),
+:mod:`~chatmem.stores.postgres.words` (each user's word counts, for the idf) and
 :mod:`~chatmem.stores.postgres.store` (``PostgresStore``). The pool, error translation and
 migrations are :mod:`chatmem.stores.postgres_db`'s, shared with the service state.
 """

@@ -4,6 +4,7 @@ full-text matches ranked by ``ts_rank``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from chatmem import text as textlib
@@ -11,6 +12,7 @@ from chatmem.records import Filter, Vector
 from chatmem.stores.base import SearchQuery
 from chatmem.stores.postgres.filters import where
 from chatmem.stores.postgres.schema import TEXT_SEARCH_CONFIG, index_text
+from chatmem.stores.postgres.words import IDF_FLOOR, WordCounts
 from chatmem.stores.postgres_db import Connection
 
 #: Users with at most this many memories are scored exactly (see the package docstring).
@@ -22,8 +24,6 @@ MAX_EF_SEARCH = 1_000
 RANK_WEIGHTS = "{1.0, 0.3, 0.5, 1.0}"
 #: ts_rank normalisation 1: divide by 1 + log(document length), as BM25 favours short texts.
 RANK_NORMALISATION = 1
-#: The least idf a term gets (FTS5's, for a word in more than half of the rows).
-IDF_FLOOR = 1e-6
 
 
 def vector_half(
@@ -77,26 +77,26 @@ def keyword_half(
     query: SearchQuery,
     vector: Vector | None,
     where: tuple[str, list[Any]],
+    counts: WordCounts,
 ) -> list[tuple[int, str, float, float | None]]:
     """The best ``candidates`` rows by words, with their cosine when there is a vector.
 
-    A row's score is each term's ``ts_rank`` times the term's idf among the user's
-    memories, as FTS5's ``bm25()`` weighs it: ``log((N - n + 0.5) / (n + 0.5))`` for a term
-    ``n`` of the user's ``N`` memories hold, at least ``IDF_FLOOR``. So a word that most of
-    a user's memories hold (the user's own name) weighs next to nothing, as in the SQLite
-    store; ``ts_rank`` alone weighs every word the same. ``n`` and ``N`` count all of the
-    user's memories, so a filter never changes the score of a memory it admits. One
-    statement: the rows holding any term, each term's rank and count over them (a window),
-    then the filter."""
+    A row's score is each word's ``ts_rank`` times the word's idf among the user's memories
+    (``words``), as FTS5's ``bm25()`` weighs it: a word that most of a user's memories hold
+    (the user's own name) weighs next to nothing, as in the SQLite store, where ``ts_rank``
+    alone weighs every word the same. Only the words with more than ``IDF_FLOOR`` find rows,
+    when there are any: a row holding nothing else would score next to nothing."""
     assert query.text is not None
     terms = [index_text(term) for term in textlib.query_terms(query.text)]
     if not terms:
         return []
+    user = (query.filter.tenant_id, query.filter.require_user())
+    weights = counts.weights(conn, memories, user, terms)
+    telling = [i for i, weight in enumerate(weights) if weight > IDF_FLOOR]
     conditions, params = where
-    user = [query.filter.tenant_id, query.filter.require_user()]
-    sql = _idf_ranked(memories, conditions, len(terms), vector is not None)
+    sql = _ranked(memories, conditions, len(terms), telling or range(len(terms)), vector)
     head = [vector] if vector is not None else []
-    values = [*head, *params, *terms, *user, *user, query.candidates]
+    values = [*head, *weights, *terms, *params, query.candidates]
     rows = conn.execute(sql, values).fetchall()
     return [
         (int(seq), str(memory_id), float(rank), None if cos is None else float(cos))
@@ -104,40 +104,32 @@ def keyword_half(
     ]
 
 
-def _idf_ranked(memories: str, conditions: str, count: int, cosine: bool) -> str:
-    """``keyword_half``'s statement for ``count`` terms. Parameters: the query vector (when
-    ``cosine``), the filter's, the terms, the tenant and user twice, the limit."""
+def _ranked(
+    memories: str, conditions: str, count: int, matching: Sequence[int], vector: Vector | None
+) -> str:
+    """``keyword_half``'s statement for ``count`` words, rows found by those in
+    ``matching``. Parameters: the query vector (when there is one), each word's weight, the
+    words, the filter's, the limit."""
     each = range(count)
     queries = ", ".join(f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s) AS q{i}" for i in each)
-    # numnode: a term PostgreSQL's stop words empty ranks 0, without a notice a row.
-    ranks = ", ".join(
-        f"CASE WHEN numnode(d.q{i}) > 0 THEN"
-        f" ts_rank('{RANK_WEIGHTS}', d.doc, d.q{i}, {RANK_NORMALISATION}) ELSE 0 END AS r{i}"
+    # numnode: a word PostgreSQL's stop words empty ranks 0, without a notice a row.
+    rank = " + ".join(
+        f"%s * CASE WHEN numnode(d.q{i}) > 0 THEN"
+        f" ts_rank('{RANK_WEIGHTS}', d.doc, d.q{i}, {RANK_NORMALISATION}) ELSE 0 END"
         for i in each
     )
-    held = [f"COUNT(*) FILTER (WHERE x.r{i} > 0) OVER ()" for i in each]
-    score = " + ".join(
-        f"GREATEST({IDF_FLOOR}, ln((t.n - {n} + 0.5) / ({n} + 0.5))) * x.r{i}"
-        for i, n in enumerate(held)
-    )
-    any_term = " || ".join(f"q.q{i}" for i in each)
+    match = " || ".join(f"q.q{i}" for i in matching)
     # The cosine is computed last: only for the rows kept.
-    similarity = "1 - (e.embedding <=> %s::vector)" if cosine else "NULL::float8"
+    cosine = "1 - (e.embedding <=> %s::vector)" if vector is not None else "NULL::float8"
     return (
-        f"SELECT best.seq, best.id, best.rank, {similarity} FROM ("
-        f"SELECT s.seq, s.id, s.rank FROM ("
-        f"SELECT x.seq, x.id, x.admitted, {score} AS rank FROM ("
-        f"SELECT d.seq, d.id, d.admitted, {ranks} FROM ("
-        # Read once: a row's search vector is stored compressed, and each term's ts_rank
-        # would decompress it again (OFFSET 0 keeps the planner from inlining the copy,
-        # and the window below from carrying it).
-        f"SELECT m.seq, m.id, ({conditions}) AS admitted,"
-        f" m.search || ''::tsvector AS doc, q.*"
+        f"SELECT best.seq, best.id, best.rank, {cosine} FROM ("
+        f"SELECT d.seq, d.id, {rank} AS rank FROM ("
+        # Read once: a row's search vector is stored compressed, and each word's ts_rank
+        # would decompress it again (OFFSET 0 keeps the planner from inlining the copy).
+        f"SELECT m.seq, m.id, m.search || ''::tsvector AS doc, q.*"
         f" FROM {memories} AS m, (SELECT {queries}) AS q"
-        f" WHERE m.tenant_id = %s AND m.user_id = %s AND m.search @@ ({any_term})"
-        " OFFSET 0) AS d OFFSET 0) AS x,"
-        f" (SELECT COUNT(*) AS n FROM {memories} WHERE tenant_id = %s AND user_id = %s) AS t"
-        f") AS s WHERE s.admitted ORDER BY s.rank DESC, s.seq LIMIT %s) AS best"
+        f" WHERE {conditions} AND m.search @@ ({match}) OFFSET 0) AS d"
+        f" ORDER BY rank DESC, d.seq LIMIT %s) AS best"
         f" JOIN {memories} AS e ON e.seq = best.seq ORDER BY best.rank DESC, best.seq"
     )
 
@@ -145,7 +137,7 @@ def _idf_ranked(memories: str, conditions: str, count: int, cosine: bool) -> str
 #: A chat turn: an episodic memory of a session (alias ``{a}``).
 _TURN = "{a}.session_id IS NOT NULL AND {a}.type = 'episodic'"
 #: Whether the chat turn ``{a}`` asks something (its text holds a question mark).
-_ASKS = "strpos(({a}.body::jsonb) #>> '{{content,raw}}', '?') > 0"
+_ASKS = "strpos(({a}.body::json -> 'content') ->> 'raw', '?') > 0"
 #: The chat turn just before (``<``, ``DESC``) or after (``>``, ``ASC``) the turn ``c`` in
 #: its session, in the order the turns were stored (the index ``memories_by_session``).
 _NEIGHBOUR = (
@@ -171,11 +163,11 @@ def answer_pairs(
     if not seqs:
         return []
     conditions, params = where(scope, "o")
-    rows: list[tuple[int, str, float, float, float]] = []
+    parts = []
     # c answers its turn before (o); then c asks and o, the turn after it, answers.
     for answer, question, op, order in (("c", "o", "<", "DESC"), ("o", "c", ">", "ASC")):
         neighbour = _NEIGHBOUR.format(memories=memories, op=op, order=order)
-        sql = (
+        parts.append(
             f"SELECT {answer}.seq, {answer}.id, 1 - ({answer}.embedding <=> %s::vector),"
             f" 1 - ({question}.embedding <=> %s::vector),"
             f" -({answer}.embedding <#> {question}.embedding)"
@@ -183,15 +175,14 @@ def answer_pairs(
             f" WHERE c.seq = ANY(%s) AND {_TURN.format(a='c')} AND {conditions}"
             f" AND {_ASKS.format(a=question)}"
         )
-        found = conn.execute(sql, [vector, vector, seqs, *params]).fetchall()
-        rows += [(int(a), str(i), float(s), float(q), float(d)) for a, i, s, q, d in found]
-    return rows
+    values = [vector, vector, seqs, *params]
+    found = conn.execute(" UNION ALL ".join(parts), values + values).fetchall()
+    return [(int(a), str(i), float(s), float(q), float(d)) for a, i, s, q, d in found]
 
 
 __all__ = [
     "answer_pairs",
     "EXACT_SEARCH_ROWS",
-    "IDF_FLOOR",
     "MAX_EF_SEARCH",
     "RANK_NORMALISATION",
     "RANK_WEIGHTS",

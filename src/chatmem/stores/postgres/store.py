@@ -31,6 +31,7 @@ from chatmem.stores.postgres import search as halves
 from chatmem.stores.postgres import writes
 from chatmem.stores.postgres.filters import where
 from chatmem.stores.postgres.schema import MIGRATIONS, ensure_pgvector, index_vectors
+from chatmem.stores.postgres.words import WordCounts
 from chatmem.stores.postgres_db import SCHEMA_NAME, Connection, PostgresDatabase
 from chatmem.stores.sql_rows import (
     HISTORY_READ,
@@ -82,6 +83,7 @@ class PostgresStore(MemoryStore):
         self.schema = prefix
         self._memories = f"{prefix}.memories"
         self._exact_rows = exact_search_rows
+        self._words = WordCounts()
         try:
             self._iterative_scan = self._migrate()
             self._database.open()
@@ -148,6 +150,7 @@ class PostgresStore(MemoryStore):
             return
         with self._transaction() as conn:
             writes.insert(conn, self.schema, entries)
+        self._words.forget({(e.record.tenant_id, e.record.user_id) for e in entries})
 
     def update(self, changes: Sequence[Change]) -> None:
         for change in changes:
@@ -156,6 +159,7 @@ class PostgresStore(MemoryStore):
         with self._transaction() as conn:
             events = [writes.apply_change(conn, self.schema, change) for change in changes]
             writes.add_history(conn, self.schema, events)
+        self._words.forget({(c.record.tenant_id, c.record.user_id) for c in changes})
 
     def touch(self, uses: Sequence[Usage], scope: Filter) -> builtins.list[str]:
         user = scope.require_user()
@@ -192,6 +196,7 @@ class PostgresStore(MemoryStore):
                 (HistoryEvent.DELETE, record, None, reason) for record in gone
             ]
             writes.add_history(conn, self.schema, events)
+        self._words.forget({(record.tenant_id, record.user_id) for record in gone})
         return [record.id for record in gone]
 
     # -- reads -----------------------------------------------------------------------------
@@ -296,7 +301,7 @@ class PostgresStore(MemoryStore):
         found: _Found = {}
         if query.text:
             for seq, memory_id, rank, cosine in halves.keyword_half(
-                conn, self._memories, query, vector, scope
+                conn, self._memories, query, vector, scope, self._words
             ):
                 found[seq] = (memory_id, cosine, rank)
         if vector is not None:
