@@ -373,7 +373,7 @@ def _keyword_scores(store: PostgresStore, text: str, user: str = "u") -> dict[st
 
 def test_a_write_of_this_process_moves_the_word_weights_at_once(store: PostgresStore) -> None:
     """The counts behind each word's idf are kept per user, and dropped when this process
-    writes to the user: a word that turns common weighs less on the next search."""
+    writes to a small user: a word that turns common weighs less on the next search."""
     store.put(
         [
             Entry(record("default", "u", f"filler note number {i} about the weather"), unit(1))
@@ -413,5 +413,59 @@ def test_word_counts_are_kept_only_for_their_time(postgres_uri: str, store: Post
     with store._transaction() as conn:
         assert counts.weights(conn, store._memories, ("default", "u"), ["kayak"]) == [idf(8, 3)]
         assert short.weights(conn, store._memories, ("default", "u"), ["kayak"]) == [idf(12, 7)]
-        counts.forget({("default", "u")})
+        counts.wrote({("default", "u"): 1})  # a user this small is counted after any write
         assert counts.weights(conn, store._memories, ("default", "u"), ["kayak"]) == [idf(12, 7)]
+
+
+def test_a_big_users_counts_are_counted_again_past_the_drift(store: PostgresStore) -> None:
+    """A chat appends a turn between two searches: a user's counts are counted again only
+    once this process's writes pass ``DRIFT`` of the user's memories."""
+    from chatmem.stores.postgres.words import DRIFT, EXACT_BELOW, WordCounts, idf
+
+    user = ("default", "big")
+    size = 300
+    assert size >= EXACT_BELOW and DRIFT * size == pytest.approx(6)
+    store.put(
+        [
+            Entry(record("default", "big", f"kayak trip {i}" if i < 30 else f"note {i}"), unit(1))
+            for i in range(size)
+        ]
+    )
+    counts = WordCounts(seconds=3600)
+    with store._transaction() as conn:
+        assert counts.weights(conn, store._memories, user, ["kayak"]) == [idf(300, 30)]
+    store.put([Entry(record("default", "big", f"kayak paddle {i}"), unit(1)) for i in range(7)])
+    with store._transaction() as conn:
+        counts.wrote({user: 6})  # within the drift: the counts stay
+        assert counts.weights(conn, store._memories, user, ["kayak"]) == [idf(300, 30)]
+        # A word not counted yet is counted now, against the user's count as it was kept.
+        assert counts.weights(conn, store._memories, user, ["paddle"]) == [idf(300, 7)]
+        counts.wrote({user: 1})  # past it: counted again
+        assert counts.weights(conn, store._memories, user, ["kayak"]) == [idf(307, 37)]
+
+
+def test_a_word_held_by_more_memories_than_were_counted_weighs_the_least() -> None:
+    """A word first counted after writes within the drift can be held by more memories than
+    the user's kept count: its weight is the floor, not an error."""
+    from chatmem.stores.postgres.words import IDF_FLOOR, idf
+
+    assert idf(300, 307) == IDF_FLOOR
+    assert idf(300, 0) > idf(300, 30) > IDF_FLOOR
+
+
+def test_a_search_counts_the_words_it_had_not_counted(store: PostgresStore) -> None:
+    """A word not counted yet is counted over all the user's rows holding it (the filter
+    aside), and kept for the next search."""
+    store.put(
+        [Entry(record("default", "w", f"kayak outing {i}"), unit(1)) for i in range(5)]
+        + [Entry(record("default", "w", f"unrelated note {i}"), unit(1)) for i in range(3)]
+    )
+    hidden = record("default", "w", "kayak in private", access_control={"allowed_roles": ["hr"]})
+    store.put([Entry(hidden, unit(1))])
+    found = store.search(
+        SearchQuery(Filter(user_id="w", reader_roles=frozenset()), text="kayak", candidates=3)
+    )
+    assert len(found) == 3 and hidden.id not in {c.id for c in found}
+    with store._transaction() as conn:
+        known = store._words.known(conn, store._memories, ("default", "w"))
+    assert (known.total, known.held) == (9, {"kayak": 6})

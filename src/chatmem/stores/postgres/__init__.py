@@ -32,8 +32,10 @@ is each word's ``ts_rank`` (under ``RANK_WEIGHTS``, the SQLite store's FTS weigh
 normalisation) times the word's idf among the user's memories, as FTS5's ``bm25()`` weighs
 it, so the user's own name, in most memories, weighs next to nothing; only the words above
 the idf floor find rows, where the query has any. The counts behind the idf are kept per
-user for 30 s (:mod:`~chatmem.stores.postgres.words`) and dropped when this process writes
-to the user. Keyword hits carry their cosine too when the query has a vector.
+user for 30 s (:mod:`~chatmem.stores.postgres.words`), and counted again once this process
+has written 2 % of the user's memories since (after any write, for a user of fewer than
+200); a word not counted yet is counted before the statement that ranks the rows. Keyword
+hits carry their cosine too when the query has a vector.
 
 Answers. A candidate chat turn that answers a question (the turn before it in its session
 asks something, and both are admitted) is scored at least as the two together, as in the

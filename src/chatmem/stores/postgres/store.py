@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import math
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -150,7 +151,7 @@ class PostgresStore(MemoryStore):
             return
         with self._transaction() as conn:
             writes.insert(conn, self.schema, entries)
-        self._words.forget({(e.record.tenant_id, e.record.user_id) for e in entries})
+        self._words.wrote(Counter((e.record.tenant_id, e.record.user_id) for e in entries))
 
     def update(self, changes: Sequence[Change]) -> None:
         for change in changes:
@@ -159,7 +160,7 @@ class PostgresStore(MemoryStore):
         with self._transaction() as conn:
             events = [writes.apply_change(conn, self.schema, change) for change in changes]
             writes.add_history(conn, self.schema, events)
-        self._words.forget({(c.record.tenant_id, c.record.user_id) for c in changes})
+        self._words.wrote(Counter((c.record.tenant_id, c.record.user_id) for c in changes))
 
     def touch(self, uses: Sequence[Usage], scope: Filter) -> builtins.list[str]:
         user = scope.require_user()
@@ -196,7 +197,7 @@ class PostgresStore(MemoryStore):
                 (HistoryEvent.DELETE, record, None, reason) for record in gone
             ]
             writes.add_history(conn, self.schema, events)
-        self._words.forget({(record.tenant_id, record.user_id) for record in gone})
+        self._words.wrote(Counter((record.tenant_id, record.user_id) for record in gone))
         return [record.id for record in gone]
 
     # -- reads -----------------------------------------------------------------------------
