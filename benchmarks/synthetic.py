@@ -400,9 +400,9 @@ class BM25System(lr.BM25System):
         self.info: dict[str, Any] = {"implementation": implementation}
 
 
-def build_system(name: str, workdir: Path) -> lr.System:
+def build_system(name: str, workdir: Path, store: str | None = None) -> lr.System:
     if name == "chatmem":
-        return lr.ChatmemSystem(workdir)
+        return lr.ChatmemSystem(workdir, store=store)
     if name == "bm25":
         return BM25System()
     if name == "dense":
@@ -518,15 +518,17 @@ def run_all(
     log: Callable[[str], None] = lambda _: None,
     counter: _injection.TokenCounter | None = None,
     budget_tokens: int = _injection.BUDGET_TOKENS,
+    store: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every system over the same conversations, one after another, each in a fresh temporary
     directory; chatmem adds turn by turn (live), the baselines index each turn alone. With a
-    ``counter``, recall within a ``budget_tokens`` injection too."""
+    ``counter``, recall within a ``budget_tokens`` injection too. ``store``: chatmem's store
+    URI (``locomo_retrieval.store_uri``; default SQLite)."""
     results: dict[str, dict[str, Any]] = {}
     for name in systems:
         workdir = Path(tempfile.mkdtemp(prefix=f"synthetic-{name}-"))
         try:
-            system = build_system(name, workdir)
+            system = build_system(name, workdir, store)
             try:
                 run = run_system(system, conversations, name == "chatmem", counter, budget_tokens)
             finally:
@@ -608,6 +610,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown too")
+    p.add_argument(
+        "--store", default=None, help="chatmem's store URI, as locomo_retrieval.py's --store"
+    )
     return p.parse_args(argv)
 
 
@@ -626,7 +631,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     log = lr._logger("synthetic")
     log(f"{counts(conversations)}, digest {digest(conversations)}")
-    results = run_all(conversations, names, log, counter, args.budget_tokens)
+    results = run_all(conversations, names, log, counter, args.budget_tokens, args.store)
     lr.print_tables(tables(results))
     if args.markdown:
         print(markdown(results))
