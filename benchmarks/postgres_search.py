@@ -36,16 +36,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--conversation", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=1, help="times each question is asked")
     parser.add_argument(
+        "--scale",
+        type=int,
+        default=0,
+        help="instead: this many LoCoMo turns under one user (locomo_retrieval's --scale "
+        "store, each session added in one call) and 200 questions of all conversations",
+    )
+    parser.add_argument(
         "--chat",
         action="store_true",
         help="add one turn (a turn of the conversation again, in a session of its own) "
         "before each search, as a chat does; only the searches are timed",
     )
     args = parser.parse_args(argv)
-    conversation = load_locomo(args.data)[args.conversation]
+    conversations = load_locomo(args.data)
+    conversation = conversations[args.conversation]
     separator = "&" if "?" in args.uri else "?"
     uri = f"{args.uri}{separator}prefix={args.prefix}"
-    user = conversation.sample_id
+    user = "scale-user" if args.scale else conversation.sample_id
     with tempfile.TemporaryDirectory() as folder:
         system = lr.ChatmemSystem(Path(folder), store=uri)
         memory = system._mem
@@ -53,12 +61,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         built = memory.store.count(Filter(user_id=user))
         if built == 0:
-            for turn in conversation.turns:
+            turns = lr.scale_turns(conversations, args.scale) if args.scale else None
+            if turns is not None:
+                system.ingest(user, turns)
+            for turn in conversation.turns if turns is None else ():
                 system.add_one(user, turn)
-            print(f"built {args.prefix}: {len(conversation.turns)} turns; vacuum it, run again")
+            made = len(turns) if turns is not None else len(conversation.turns)
+            print(f"built {args.prefix}: {made} turns; vacuum it, run again")
             system.close()
             return 0
-        questions = [q.question for q in conversation.questions]
+        questions = (
+            lr.scale_queries(conversations, 200)
+            if args.scale
+            else [q.question for q in conversation.questions]
+        )
         for question in questions[:10]:
             memory.search(f"{question} warm", user_id=user, k=10, threshold=0.0)
         times: list[float] = []

@@ -97,7 +97,13 @@ def keyword_half(
     sql = _ranked(memories, conditions, len(terms), telling or range(len(terms)), vector)
     head = [vector] if vector is not None else []
     values = [*head, *weights, *terms, *params, query.candidates]
-    rows = conn.execute(sql, values).fetchall()
+    # The planner reads every row of a big user where the words' index finds the rows that
+    # hold them: at 10,000 memories 25 ms against 9.5 (the words are in most rows' day).
+    conn.execute("SET LOCAL enable_seqscan = off")
+    try:
+        rows = conn.execute(sql, values).fetchall()
+    finally:
+        conn.execute("SET LOCAL enable_seqscan = on")
     return [
         (int(seq), str(memory_id), float(rank), None if cos is None else float(cos))
         for seq, memory_id, rank, cos in rows
@@ -114,7 +120,7 @@ def _ranked(
     queries = ", ".join(f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s) AS q{i}" for i in each)
     # numnode: a word PostgreSQL's stop words empty ranks 0, without a notice a row.
     rank = " + ".join(
-        f"%s * CASE WHEN numnode(d.q{i}) > 0 THEN"
+        f"%s * CASE WHEN numnode(d.q{i}) > 0 AND d.doc @@ d.q{i} THEN"
         f" ts_rank('{RANK_WEIGHTS}', d.doc, d.q{i}, {RANK_NORMALISATION}) ELSE 0 END"
         for i in each
     )
@@ -126,7 +132,7 @@ def _ranked(
         f"SELECT d.seq, d.id, {rank} AS rank FROM ("
         # Read once: a row's search vector is stored compressed, and each word's ts_rank
         # would decompress it again (OFFSET 0 keeps the planner from inlining the copy).
-        f"SELECT m.seq, m.id, m.search || ''::tsvector AS doc, q.*"
+        f"SELECT m.seq, m.id, setweight(m.search, 'A', '{{}}'::text[]) AS doc, q.*"
         f" FROM {memories} AS m, (SELECT {queries}) AS q"
         f" WHERE {conditions} AND m.search @@ ({match}) OFFSET 0) AS d"
         f" ORDER BY rank DESC, d.seq LIMIT %s) AS best"
