@@ -99,10 +99,11 @@ def keyword_half(
     values = [*head, *weights, *terms, *params, query.candidates]
     # The planner reads every row of a big user where the words' index finds the rows that
     # hold them: at 10,000 memories 25 ms against 9.5 (the words are in most rows' day).
-    # (A failed statement rolls the transaction back, and the setting with it.)
+    # (A failed statement rolls the transaction back, and the setting with it; after it, the
+    # setting is the server's again, whatever that is.)
     conn.execute("SET LOCAL enable_seqscan = off")
     rows = conn.execute(sql, values).fetchall()
-    conn.execute("SET LOCAL enable_seqscan = on")
+    conn.execute("SET LOCAL enable_seqscan TO DEFAULT")
     return [
         (int(seq), str(memory_id), float(rank), None if cos is None else float(cos))
         for seq, memory_id, rank, cos in rows
