@@ -1,6 +1,7 @@
 """The PostgreSQL store's search halves, each within the filter's conditions: nearest
 vectors (an exact scan for users with few memories, else HNSW with iterative scans) and
-full-text matches ranked by ``ts_rank``."""
+full-text matches ranked by each word's ``ts_rank`` times its idf (``words``); and the
+question-and-answer pairs of the candidates (``answer_pairs``)."""
 
 from __future__ import annotations
 

@@ -113,7 +113,7 @@ class WordCounts:
             if kept is not None:
                 self._counts.move_to_end(user)
                 return Known(kept.total, dict(kept.held), generation, kept)
-        total, _ = _count(conn, memories, user, [], True)
+        total = _total(conn, memories, user)
         return Known(total, {}, generation, _Counts(now, total))
 
     def learned(self, user: User, known: Known, counted: Mapping[str, int]) -> None:
@@ -135,28 +135,26 @@ class WordCounts:
         not known yet counted now."""
         known = self.known(conn, memories, user)
         missing = [word for word in dict.fromkeys(words) if word not in known.held]
-        _, held = _count(conn, memories, user, missing, False) if missing else (0, [])
+        held = _held(conn, memories, user, missing) if missing else []
         counted = dict(zip(missing, held, strict=True))
         known.held.update(counted)
         self.learned(user, known, counted)
         return [idf(known.total, known.held[word]) for word in words]
 
 
-def _count(
-    conn: Connection, memories: str, user: User, words: list[str], total: bool
-) -> tuple[int, list[int]]:
-    """The user's memory count (when ``total``; else 0) and how many hold each of ``words``.
-    Each statement's text is the same whatever the words, so that the connection prepares
-    it once: planning a statement with a column a word took three times its run."""
-    size = 0
-    if total:
-        row = conn.execute(
-            f"SELECT COUNT(*) FROM {memories} WHERE tenant_id = %s AND user_id = %s", user
-        ).fetchone()
-        assert row is not None
-        size = int(row[0])
-    if not words:
-        return size, []
+def _total(conn: Connection, memories: str, user: User) -> int:
+    """The user's memory count."""
+    row = conn.execute(
+        f"SELECT COUNT(*) FROM {memories} WHERE tenant_id = %s AND user_id = %s", user
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _held(conn: Connection, memories: str, user: User, words: list[str]) -> list[int]:
+    """How many of the user's memories hold each of ``words``. The statement's text is the
+    same whatever the words, so that the connection prepares it once: planning a statement
+    with a column a word took three times its run."""
     # numnode: a word PostgreSQL's stop words empty holds no memory (and raises no notice).
     rows = conn.execute(
         f"SELECT CASE WHEN numnode(w.q) > 0 THEN (SELECT COUNT(*) FROM {memories} AS m"
@@ -166,7 +164,7 @@ def _count(
         " ORDER BY u.n",
         [*user, words],
     ).fetchall()
-    return size, [int(n) for (n,) in rows]
+    return [int(n) for (n,) in rows]
 
 
 __all__ = ["Known", "DRIFT", "EXACT_BELOW", "IDF_FLOOR", "WORD_COUNTS_SECONDS", "WordCounts", "idf"]
