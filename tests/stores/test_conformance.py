@@ -359,6 +359,19 @@ def test_filters_agree_with_the_reference_semantics(
         assert {c.id for c in found if c.keyword_score is not None} == expected
 
 
+@pytest.mark.parametrize("narrow", FILTERS, ids=[str(sorted(f)) for f in FILTERS])
+def test_reads_by_id_apply_the_whole_filter(
+    store: MemoryStore, tenant: str, narrow: dict[str, Any]
+) -> None:
+    records = _filter_fixture(store, tenant)
+    scope = Filter(tenant_id=tenant, user_id="u", **narrow)
+    ids = [r.id for r in records]
+    expected = [i for i, r in zip(ids, records, strict=True) if scope.matches(r)]
+    assert [r.id for r in store.get(ids, scope)] == expected
+    assert set(store.vectors(ids, scope)) == set(expected)
+    assert set(store.said(ids, scope)) == set(expected)
+
+
 # -- update, delete, history ------------------------------------------------------------------
 
 

@@ -467,3 +467,53 @@ def test_racing_updates_of_one_version_let_exactly_one_win(store: MilvusStore, t
         thread.join(timeout=60)
     assert sorted(outcomes) == ["conflict"] * 5 + ["won"]
     assert len(store.history(old.id, Filter(tenant_id=tenant))) == 2
+
+
+# -- Milvus Lite's memtable ------------------------------------------------------------------
+
+
+def test_a_read_by_id_asks_lite_for_the_ids_alone(
+    store: MilvusStore, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lite answers ``id in [...]`` from its key index, but any other condition beside it
+    walks every unflushed row; the rest of the filter is applied to what comes back."""
+    mine = record(tenant, "u", "mine", session_id="s1")
+    other = record(tenant, "v", "another user's")
+    store.put([Entry(mine, unit(1)), Entry(other, unit(0, 1))])
+    asked: list[str] = []
+    query = store._conn.query
+
+    def spying(collection: str, expression: str, fields: list[str], **extra: Any) -> Any:
+        asked.append(expression)
+        return query(collection, expression, fields, **extra)
+
+    monkeypatch.setattr(store._conn, "query", spying)
+    scope = Filter(tenant_id=tenant, user_id="u", session_id="s1")
+    assert store.get([mine.id, other.id], scope) == [mine]
+    assert set(store.vectors([mine.id, other.id], scope)) == {mine.id}
+    assert asked and all(e.startswith("id in [") and " and " not in e for e in asked), asked
+
+
+def _flushed_files(lite_path: Path, collection: str) -> int:
+    """The collection's flushed data files in Lite's directory."""
+    partitions = lite_path / "collections" / collection / "partitions"
+    return sum(1 for _ in partitions.glob("*/data/*.parquet"))
+
+
+def test_lite_flushes_a_collection_every_so_many_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(milvus, "LITE_FLUSH_ROWS", 5)
+    path = tmp_path / "flushing.db"
+    opened = MilvusStore(path)
+    try:
+        opened.bind_embedding(EMBEDDING)
+        memories = opened._db.memories
+        opened.put([Entry(record("t", "u", f"m{i}"), unit(1, i)) for i in range(4)])
+        assert _flushed_files(path, memories) == 0  # 4 rows: still in the memtable
+        one = record("t", "u", "the fifth")
+        opened.put([Entry(one, unit(1))])
+        assert _flushed_files(path, memories) == 1
+        assert opened.get([one.id], Filter(tenant_id="t")) == [one]  # read back after it
+    finally:
+        opened.close()

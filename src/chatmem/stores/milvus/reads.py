@@ -1,7 +1,12 @@
 """The Milvus store's reads: records and vectors by id, counts, users, history, and lists.
 
 Every read re-checks ``Filter.matches`` on what the expression selected (SPEC L7, defence in
-depth). Milvus has no ORDER BY: ``list`` (oldest first, ties by id) reads the ids and creation
+depth). A read by id asks for the ids alone and applies the rest of the filter here, with
+``Filter.matches``, the reference semantics: Milvus Lite answers an expression that is only
+``id in [...]`` from its primary-key index, but any other condition beside it makes it
+read every row not yet flushed, vectors included (27 ms at 500 rows, 72 ms at 2,000, against
+about 1 ms by id; ``docs/benchmarks.md``), and a live ``add`` reads its session's latest turn
+by id. Milvus has no ORDER BY: ``list`` (oldest first, ties by id) reads the ids and creation
 times of every matching record after the cursor, sorts them here, and then reads the bodies
 of one page: a page costs O(matching records), fine per user, slow for a tenant-wide listing
 of millions. Reads past Milvus' 16,384-row query window go through a query iterator.
@@ -14,24 +19,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from chatmem.records import Filter, HistoryEntry, MemoryRecord, Page, Vector
-from chatmem.stores.milvus.expressions import filter_expression, literal, owner
+from chatmem.stores.milvus.expressions import any_of, filter_expression, literal, owner
 from chatmem.stores.milvus.rows import HISTORY_FIELDS, MEMORY_FIELDS, history_entry, record_of
 from chatmem.stores.milvus.schema import MilvusCollections
 from chatmem.stores.vectordb.order import encode_cursor
 from chatmem.stores.vectordb.writes import chunks
 
 
-def _records(db: MilvusCollections, scope: Filter) -> dict[str, MemoryRecord]:
-    rows = db.conn.scan(db.memories, filter_expression(scope, expiry=db.expiry), MEMORY_FIELDS)
-    records = (record_of(row["body"]) for row in rows)
-    # Defence in depth (SPEC L7): the expression already selects exactly these.
-    return {record.id: record for record in records if scope.matches(record)}
-
-
 def _by_id(db: MilvusCollections, ids: Sequence[str], scope: Filter) -> dict[str, MemoryRecord]:
     found: dict[str, MemoryRecord] = {}
     for chunk in chunks(ids):
-        found.update(_records(db, scope.model_copy(update={"ids": tuple(chunk)})))
+        for row in db.conn.scan(db.memories, any_of("id", chunk), MEMORY_FIELDS):
+            record = record_of(row["body"])
+            if scope.matches(record):  # the whole filter, ids included
+                found[record.id] = record
     return found
 
 
@@ -45,10 +46,8 @@ def vectors(db: MilvusCollections, ids: Sequence[str], scope: Filter) -> dict[st
     """The stored embeddings of the memories of ``ids`` that ``scope`` matches."""
     found: dict[str, Vector] = {}
     for chunk in chunks(sorted(set(ids))):
-        narrowed = scope.model_copy(update={"ids": tuple(chunk)})
-        expression = filter_expression(narrowed, expiry=db.expiry)
-        for row in db.conn.scan(db.memories, expression, ["id", "body", "embedding"]):
-            if narrowed.matches(record_of(row["body"])):
+        for row in db.conn.scan(db.memories, any_of("id", chunk), ["id", "body", "embedding"]):
+            if scope.matches(record_of(row["body"])):  # the whole filter, ids included
                 found[str(row["id"])] = np.asarray(row["embedding"], dtype=np.float32)
     return found
 

@@ -33,7 +33,7 @@ def _row(db: MilvusCollections, record: MemoryRecord, vector: Sequence[float]) -
 
 def _delete_rows(db: MilvusCollections, collection: str, ids: Sequence[str]) -> None:
     for chunk in chunks(ids):
-        db.conn.call(db.conn.client.delete, collection, ids=list(chunk))
+        db.conn.write(db.conn.client.delete, collection, len(chunk), ids=list(chunk))
 
 
 def _drop_history(db: MilvusCollections, history: Sequence[dict[str, Any]]) -> Callable[[], None]:
@@ -44,10 +44,10 @@ def _replace(db: MilvusCollections, rows: list[dict[str, Any]]) -> None:
     """Write ``rows`` over the memories of their ids: an upsert, or where the server's
     upsert is unsound (``features``) a delete, then an insert."""
     if db.features.upsert:
-        db.conn.call(db.conn.client.upsert, db.memories, rows)
+        db.conn.write(db.conn.client.upsert, db.memories, len(rows), data=rows)
         return
     _delete_rows(db, db.memories, [str(row["id"]) for row in rows])
-    db.conn.call(db.conn.client.insert, db.memories, rows)
+    db.conn.write(db.conn.client.insert, db.memories, len(rows), data=rows)
 
 
 def _upserting(db: MilvusCollections, rows: list[dict[str, Any]]) -> Callable[[], object]:
@@ -78,8 +78,8 @@ def put(db: MilvusCollections, entries: Sequence[Entry], seq: Seq) -> None:
     if taken:
         raise ValidationError(f"memory {taken[0]!r} already exists", field="id")
     try:
-        db.conn.call(db.conn.client.insert, db.memories, rows)
-        db.conn.call(db.conn.client.insert, db.history, history)
+        db.conn.write(db.conn.client.insert, db.memories, len(rows), data=rows)
+        db.conn.write(db.conn.client.insert, db.history, len(history), data=history)
     except StoreError as exc:
         undo(exc, lambda: _delete_rows(db, db.memories, ids))
         undo(exc, _drop_history(db, history))
@@ -104,7 +104,7 @@ def update(db: MilvusCollections, changes: Sequence[Change], seq: Seq) -> None:
         state[new.id] = Stored(new, vector)
     try:
         _replace(db, list(rows.values()))
-        db.conn.call(db.conn.client.insert, db.history, history)
+        db.conn.write(db.conn.client.insert, db.history, len(history), data=history)
     except StoreError as exc:
         restore = [_row(db, s.record, s.vector) for i, s in originals.items() if i in rows]
         undo(exc, _upserting(db, restore))
@@ -152,7 +152,7 @@ def _delete_chunk(
     seq: Seq,
 ) -> None:
     history = [history_row(HistoryEvent.DELETE, r, None, reason, at, seq()) for r in records]
-    db.conn.call(db.conn.client.insert, db.history, history)
+    db.conn.write(db.conn.client.insert, db.history, len(history), data=history)
     try:
         _delete_rows(db, db.memories, [record.id for record in records])
     except StoreError as exc:
