@@ -245,9 +245,8 @@ class SQLiteStore(MemoryStore):
         vectors when the vector half read them."""
         versions = halves.user_versions(conn, query.filter.tenant_id, user)
         allowed = admitted(conn, query.filter, self._field_cache, versions)
-        keyword: dict[int, float] = {}
-        if query.text:
-            keyword = dict(self._keyword_half(conn, query, user, versions, allowed))
+        hits = self._keyword_half(conn, query, user, versions, allowed) if query.text else None
+        keyword = dict(hits.best) if hits is not None else {}
         # Asked for only now: an embedding started before the search ran meanwhile.
         vector = query.query_vector()
         cosine: dict[int, float] = {}
@@ -264,6 +263,8 @@ class SQLiteStore(MemoryStore):
                 allowed,
                 set(keyword),
             )
+            if hits is not None:  # a vector find the keyword half matched further down
+                keyword.update(hits.of(cosine.keys() - keyword.keys()))
         return cosine, keyword, vectors
 
     def _keyword_half(
@@ -273,7 +274,7 @@ class SQLiteStore(MemoryStore):
         user: str,
         versions: halves.Versions,
         allowed: Admitted,
-    ) -> builtins.list[tuple[int, float]]:
+    ) -> halves.KeywordHits:
         """From the user's postings in memory when the user is big enough to have them
         (``keyword_cache``), else from FTS5."""
         assert query.text is not None
