@@ -357,19 +357,11 @@ def test_filters_agree_with_the_reference_semantics(
     assert all(c.vector_score is not None for c in found)
     if store.capabilities.keyword_search:
         assert {c.id for c in found if c.keyword_score is not None} == expected
-
-
-@pytest.mark.parametrize("narrow", FILTERS, ids=[str(sorted(f)) for f in FILTERS])
-def test_reads_by_id_apply_the_whole_filter(
-    store: MemoryStore, tenant: str, narrow: dict[str, Any]
-) -> None:
-    records = _filter_fixture(store, tenant)
-    scope = Filter(tenant_id=tenant, user_id="u", **narrow)
+    # Reads by id apply the whole filter too (a store may ask its engine for the ids alone).
     ids = [r.id for r in records]
-    expected = [i for i, r in zip(ids, records, strict=True) if scope.matches(r)]
-    assert [r.id for r in store.get(ids, scope)] == expected
-    assert set(store.vectors(ids, scope)) == set(expected)
-    assert set(store.said(ids, scope)) == set(expected)
+    assert [r.id for r in store.get(ids, scope)] == [i for i in ids if i in expected]
+    assert set(store.vectors(ids, scope)) == expected
+    assert set(store.said(ids, scope)) == expected
 
 
 # -- update, delete, history ------------------------------------------------------------------
