@@ -476,7 +476,8 @@ def test_a_read_by_id_asks_lite_for_the_ids_alone(
     store: MilvusStore, tenant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Lite answers ``id in [...]`` from its key index, but any other condition beside it
-    walks every unflushed row; the rest of the filter is applied to what comes back."""
+    walks every unflushed row; the rest of the filter is applied to what comes back (reads
+    and deletes by id)."""
     mine = record(tenant, "u", "mine", session_id="s1")
     other = record(tenant, "v", "another user's")
     store.put([Entry(mine, unit(1)), Entry(other, unit(0, 1))])
@@ -491,7 +492,10 @@ def test_a_read_by_id_asks_lite_for_the_ids_alone(
     scope = Filter(tenant_id=tenant, user_id="u", session_id="s1")
     assert store.get([mine.id, other.id], scope) == [mine]
     assert set(store.vectors([mine.id, other.id], scope)) == {mine.id}
+    theirs = Filter(tenant_id=tenant, user_id="v", ids=(mine.id, other.id))
+    assert store.delete(theirs) == [other.id]
     assert asked and all(e.startswith("id in [") and " and " not in e for e in asked), asked
+    assert store.get([mine.id, other.id], Filter(tenant_id=tenant)) == [mine]
 
 
 def _flushed_files(lite_path: Path, collection: str) -> int:

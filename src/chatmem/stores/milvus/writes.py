@@ -132,8 +132,14 @@ def touch(db: MilvusCollections, uses: Sequence[Usage], scope: Filter, user: str
 
 
 def delete(db: MilvusCollections, scope: Filter, reason: str | None, seq: Seq) -> list[str]:
-    """Delete the memories ``scope`` matches, oldest first, in chunks with DELETE history."""
-    rows = db.conn.scan(db.memories, filter_expression(scope, expiry=db.expiry), MEMORY_FIELDS)
+    """Delete the memories ``scope`` matches, oldest first, in chunks with DELETE history.
+    Memories named by id are read by their ids alone (``reads``: what Lite answers from its
+    key index); ``Filter.matches`` applies the rest of the filter to every record read."""
+    if scope.ids is not None:
+        expression = any_of("id", sorted(set(scope.ids)))
+    else:
+        expression = filter_expression(scope, expiry=db.expiry)
+    rows = db.conn.scan(db.memories, expression, MEMORY_FIELDS)
     records = sorted(
         (r for r in (record_of(row["body"]) for row in rows) if scope.matches(r)),
         key=sort_key,
