@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import pytest
 
-from chatmem.records import MemoryRecord, Vector
+from chatmem.records import Entry, Filter, MemoryRecord, Vector
+from chatmem.stores import MemoryStore, SearchQuery
 from chatmem.stores.vector_cache import Row
 
 
@@ -37,3 +40,37 @@ class Snapshot:
 
     def edited_since(self, edited: int) -> list[Row]:
         return []
+
+
+def keyword_score_past_the_cut(
+    put: Callable[[Sequence[Entry]], None],
+    store: MemoryStore,
+    texts: tuple[str, str, str],
+    ready: Callable[[], None] | None = None,
+) -> None:
+    """A memory the vector half finds gets its keyword score when it is at least half the
+    best, whether or not it made the keyword half's own best ``candidates``; a weaker match
+    (the word once in a long text) stays out, as the cut left it (``COMPLETED_SHARE``).
+    ``texts``: six loud memories (a template of ``{i}``), the strong one and the weak one,
+    which rank so in the store's keyword formula (checked first). ``put`` writes to
+    ``store``'s file or database; ``ready`` runs before the searches."""
+    dim, tenant, user = 4, "t", "u"
+    loud = [record(tenant, user, texts[0].format(i=i)) for i in range(6)]
+    strong = record(tenant, user, texts[1])
+    weak = record(tenant, user, texts[2])
+    entries = [Entry(r, unit_vector(dim, 1.0, 0.1 * i)) for i, r in enumerate(loud)]
+    near, nearer = unit_vector(dim, 0.0, 0.0, 0.3, 1.0), unit_vector(dim, 0.0, 0.0, 0.0, 1.0)
+    put([*entries, Entry(strong, nearer), Entry(weak, near)])
+    if ready is not None:
+        ready()
+    scope = Filter(tenant_id=tenant, user_id=user)
+    wide = store.search(SearchQuery(scope, vector=nearer, text="garden", candidates=50))
+    scores = {c.id: c.keyword_score or 0.0 for c in wide}
+    best = max(scores.values())
+    assert scores[weak.id] < 0.5 * best <= scores[strong.id] < best  # the premise
+    narrow = store.search(SearchQuery(scope, vector=nearer, text="garden", candidates=2))
+    found = {c.id: c for c in narrow}
+    assert {strong.id, weak.id} <= found.keys()  # the vector half's best two
+    assert found[strong.id].keyword_score == pytest.approx(scores[strong.id])
+    assert found[weak.id].keyword_score is None
+    assert sum(c.keyword_score is not None for c in narrow) == 3  # two loud, and the strong

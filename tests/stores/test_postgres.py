@@ -27,7 +27,7 @@ from chatmem.errors import (
 from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord, Vector
 from chatmem.stores import Change, SearchQuery, open_store
 from tests.pg_server import POSTGRES_ENV, drop_schema, postgres_server
-from tests.stores.helpers import record, unit_vector
+from tests.stores.helpers import keyword_score_past_the_cut, record, unit_vector
 
 pytest.importorskip("psycopg")
 
@@ -245,6 +245,22 @@ def test_keyword_rank_weights_text_above_neighbouring_turns(store: PostgresStore
     found = store.search(SearchQuery(Filter(tenant_id="t", user_id="u"), text="kayaking"))
     ranked = [c.id for c in sorted(found, key=lambda c: -(c.keyword_score or 0))]
     assert ranked == [said.id, before.id, after.id]
+
+
+def test_a_vector_find_keeps_a_strong_keyword_score_past_the_keyword_best(
+    store: PostgresStore,
+) -> None:
+    keyword_score_past_the_cut(store.put, store, TS_RANK_TEXTS)
+
+
+#: Six loud memories, a strong one (at least half the best rank) and a weak one: ts_rank,
+#: divided by the log of a text's length, ranks short texts above BM25's order.
+TS_RANK_TEXTS = (
+    "garden garden garden and more {i}",
+    "garden garden garden garden garden garden note",
+    "we talked for hours about work, money, the trip, films and books; the garden came up"
+    " once near the end",
+)
 
 
 def test_the_day_a_memory_was_said_is_searchable(store: PostgresStore) -> None:

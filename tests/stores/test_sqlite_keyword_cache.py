@@ -17,7 +17,7 @@ from chatmem.stores import Change, SQLiteStore
 from chatmem.stores.base import SearchQuery
 from chatmem.stores.sqlite import keyword_cache
 from chatmem.stores.sqlite.schema import user_key, user_token
-from tests.stores.helpers import record, unit_vector
+from tests.stores.helpers import keyword_score_past_the_cut, record, unit_vector
 
 DIM = 4
 EMBEDDING = EmbeddingInfo(model="test", dimension=DIM)
@@ -288,29 +288,13 @@ def test_the_tokenizer_keeps_what_it_is_asked_when_its_cache_starts_again(
 def test_a_vector_find_keeps_a_strong_keyword_score_past_the_keyword_best(
     pair: Pair, reader: str
 ) -> None:
-    """A memory the vector half finds gets its BM25 score when it is at least half the
-    best, whether or not it made the keyword half's own best ``candidates``; a weaker match
-    (a common word once in a long text) stays out, as the cut left it."""
-    (user,) = _users_in_shards(1, same=False)
-    loud = [record("t", user, "garden " * 6 + f"note {i}") for i in range(6)]
-    strong = record("t", user, "garden garden garden and more")
-    weak = record(
-        "t", user, "a long entry about many things, once a garden, and all the rest of it"
-    )
-    entries = [Entry(r, unit_vector(DIM, 1.0, 0.1 * i)) for i, r in enumerate(loud)]
-    near, nearer = unit_vector(DIM, 0.0, 0.0, 0.3, 1.0), unit_vector(DIM, 0.0, 0.0, 0.0, 1.0)
-    pair.writer.put([*entries, Entry(strong, nearer), Entry(weak, near)])
-    store = getattr(pair, reader)
-    if reader == "cached":
-        pair.warm(user)
-    scope = Filter(tenant_id="t", user_id=user)
-    wide = store.search(SearchQuery(scope, vector=nearer, text="garden", candidates=50))
-    scores = {c.id: c.keyword_score or 0.0 for c in wide}
-    best = max(scores.values())
-    assert scores[weak.id] < 0.5 * best <= scores[strong.id] < best  # the fixture's premise
-    narrow = store.search(SearchQuery(scope, vector=nearer, text="garden", candidates=2))
-    found = {c.id: c for c in narrow}
-    assert {strong.id, weak.id} <= found.keys()  # the vector half's best two
-    assert found[strong.id].keyword_score == pytest.approx(scores[strong.id])
-    assert found[weak.id].keyword_score is None
-    assert sum(c.keyword_score is not None for c in narrow) == 3  # two loud, and the strong
+    ready = (lambda: pair.warm("u")) if reader == "cached" else None
+    keyword_score_past_the_cut(pair.writer.put, getattr(pair, reader), BM25_TEXTS, ready)
+
+
+#: Six loud memories, a strong one (at least half the best BM25) and a weak one.
+BM25_TEXTS = (
+    "garden garden garden garden garden garden note {i}",
+    "garden garden garden and more",
+    "a long entry about many things, once a garden, and all the rest",
+)

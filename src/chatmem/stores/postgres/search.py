@@ -111,12 +111,37 @@ def keyword_half(
     ]
 
 
-def _ranked(
-    memories: str, conditions: str, count: int, matching: Sequence[int], vector: Vector | None
-) -> str:
-    """``keyword_half``'s statement for ``count`` words, rows found by those in
-    ``matching``. Parameters: the query vector (when there is one), each word's weight, the
-    words, the filter's, the limit."""
+def keyword_ranks(
+    conn: Connection,
+    memories: str,
+    query: SearchQuery,
+    where: tuple[str, list[Any]],
+    counts: WordCounts,
+    seqs: list[int],
+) -> dict[int, float]:
+    """The keyword scores of the rows ``seqs`` that the words find, as ``keyword_half``
+    scores them: for the vector half's finds past the keyword half's cut
+    (``COMPLETED_SHARE``)."""
+    assert query.text is not None
+    terms = [index_text(term) for term in textlib.query_terms(query.text)]
+    if not terms or not seqs:
+        return {}
+    user = (query.filter.tenant_id, query.filter.require_user())
+    weights = counts.weights(conn, memories, user, terms)
+    telling = [i for i, weight in enumerate(weights) if weight > IDF_FLOOR]
+    conditions, params = where
+    scored = _scored(
+        memories, conditions + " AND m.seq = ANY(%s)", len(terms), telling or range(len(terms))
+    )
+    rows = conn.execute(
+        f"SELECT d.seq, d.rank FROM ({scored}) AS d", [*weights, *terms, *params, seqs]
+    ).fetchall()
+    return {int(seq): float(rank) for seq, rank in rows}
+
+
+def _scored(memories: str, conditions: str, count: int, matching: Sequence[int]) -> str:
+    """The rows the words in ``matching`` find, with their rank (seq, id, rank).
+    Parameters: each word's weight, the words, the filter's."""
     each = range(count)
     queries = ", ".join(f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', %s) AS q{i}" for i in each)
     # numnode: a word PostgreSQL's stop words empty ranks 0, without a notice a row.
@@ -126,16 +151,27 @@ def _ranked(
         for i in each
     )
     match = " || ".join(f"q.q{i}" for i in matching)
-    # The cosine is computed last: only for the rows kept.
-    cosine = "1 - (e.embedding <=> %s::vector)" if vector is not None else "NULL::float8"
     return (
-        f"SELECT best.seq, best.id, best.rank, {cosine} FROM ("
         f"SELECT d.seq, d.id, {rank} AS rank FROM ("
         # Read once: a row's search vector is stored compressed, and each word's ts_rank
         # would decompress it again (OFFSET 0 keeps the planner from inlining the copy).
         f"SELECT m.seq, m.id, setweight(m.search, 'A', '{{}}'::text[]) AS doc, q.*"
         f" FROM {memories} AS m, (SELECT {queries}) AS q"
         f" WHERE {conditions} AND m.search @@ ({match}) OFFSET 0) AS d"
+    )
+
+
+def _ranked(
+    memories: str, conditions: str, count: int, matching: Sequence[int], vector: Vector | None
+) -> str:
+    """``keyword_half``'s statement for ``count`` words, rows found by those in
+    ``matching``. Parameters: the query vector (when there is one), each word's weight, the
+    words, the filter's, the limit."""
+    # The cosine is computed last: only for the rows kept.
+    cosine = "1 - (e.embedding <=> %s::vector)" if vector is not None else "NULL::float8"
+    return (
+        f"SELECT best.seq, best.id, best.rank, {cosine} FROM ("
+        f"{_scored(memories, conditions, count, matching)}"
         f" ORDER BY rank DESC, d.seq LIMIT %s) AS best"
         f" JOIN {memories} AS e ON e.seq = best.seq ORDER BY best.rank DESC, best.seq"
     )
@@ -189,6 +225,7 @@ def answer_pairs(
 
 __all__ = [
     "answer_pairs",
+    "keyword_ranks",
     "EXACT_SEARCH_ROWS",
     "MAX_EF_SEARCH",
     "RANK_NORMALISATION",

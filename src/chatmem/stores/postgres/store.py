@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,15 @@ from chatmem.records import (
     check_count,
     to_ms,
 )
-from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage, read_cursor
+from chatmem.stores.base import (
+    COMPLETED_SHARE,
+    Capabilities,
+    Change,
+    MemoryStore,
+    SearchQuery,
+    Usage,
+    read_cursor,
+)
 from chatmem.stores.postgres import search as halves
 from chatmem.stores.postgres import writes
 from chatmem.stores.postgres.filters import where
@@ -315,7 +324,29 @@ class PostgresStore(MemoryStore):
                 keyword = found[seq][2] if seq in found else None
                 found[seq] = (memory_id, cosine, keyword)
             self._answered(conn, query, vector, found)
+            if query.text:
+                self._completed(conn, query, scope, found)
         return found
+
+    def _completed(
+        self,
+        conn: Connection,
+        query: SearchQuery,
+        scope: tuple[str, builtins.list[Any]],
+        found: _Found,
+    ) -> None:
+        """A vector find past the keyword half's cut gets its keyword score when it is at
+        least ``COMPLETED_SHARE`` of the best, as in the SQLite store (``KeywordHits``)."""
+        ranks = [held[2] for held in found.values() if held[2] is not None]
+        missing = sorted(seq for seq, held in found.items() if held[2] is None)
+        if not ranks or not missing:
+            return
+        floor = COMPLETED_SHARE * max(ranks)
+        got = halves.keyword_ranks(conn, self._memories, query, scope, self._words, missing)
+        for seq, rank in got.items():
+            if rank >= floor:
+                memory_id, cosine, _ = found[seq]
+                found[seq] = (memory_id, cosine, rank)
 
     def _answered(
         self, conn: Connection, query: SearchQuery, vector: Vector, found: _Found

@@ -9,7 +9,7 @@ import numpy.typing as npt
 
 from chatmem import text as textlib
 from chatmem.records import Vector
-from chatmem.stores.base import SearchQuery
+from chatmem.stores.base import COMPLETED_SHARE, SearchQuery
 from chatmem.stores.sqlite import writes
 from chatmem.stores.sqlite.field_cache import Versions
 from chatmem.stores.sqlite.file import sqlite3
@@ -123,11 +123,6 @@ def answered(vectors: UserVectors, scores: Vector, pool: npt.NDArray[np.intp]) -
 #: read ``MATCHES_PAGE`` at a time.
 MATCHES_KEPT = 1_000
 MATCHES_PAGE = 64
-#: ...when that score is at least this share of the best keyword score: a strong match the
-#: cut left out. Every match (share 0) lifted LoCoMo further on the held-out half but lost
-#: open-domain questions on both halves and the synthetic check's temporal and updated-fact
-#: questions, where weak matches of common words come in (docs/benchmarks.md).
-COMPLETED_SHARE = 0.5
 
 
 class KeywordHits:
@@ -234,6 +229,7 @@ def ids_by_rowid(
 
 
 __all__ = [
+    "COMPLETED_SHARE",
     "KeywordHits",
     "Versions",
     "cached_keyword_half",
