@@ -15,7 +15,7 @@ import pytest
 from chatmem.records import Context, EmbeddingInfo, Entry, Filter, MemoryRecord, MemoryType
 from chatmem.stores import Change, SQLiteStore
 from chatmem.stores.base import SearchQuery
-from chatmem.stores.sqlite import keyword_cache
+from chatmem.stores.sqlite import keyword_cache, search
 from chatmem.stores.sqlite.schema import user_key, user_token
 from tests.stores.helpers import keyword_score_past_the_cut, record, unit_vector
 
@@ -298,3 +298,17 @@ BM25_TEXTS = (
     "garden garden garden and more",
     "a long entry about many things, once a garden, and all the rest",
 )
+
+
+def test_fts5_gives_all_the_candidates_asked_for_past_its_cap_on_matches(
+    pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FTS5's matches are read a page at a time; past ``MATCHES_KEPT`` the reading stops only
+    once the ``candidates`` best are in hand."""
+    monkeypatch.setattr(search, "MATCHES_PAGE", 2)
+    monkeypatch.setattr(search, "MATCHES_KEPT", 3)
+    made = [record("t", "u", "garden " * (i + 1) + "note") for i in range(8)]
+    pair.writer.put([Entry(r, unit_vector(DIM, 1.0)) for r in made])
+    scope = Filter(tenant_id="t", user_id="u")
+    found = pair.fts.search(SearchQuery(scope, text="garden", candidates=5))
+    assert len(found) == 5

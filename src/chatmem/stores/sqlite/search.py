@@ -163,7 +163,7 @@ def keyword_half(
     full-text table alone (joined to ``memories``, SQLite would run it once per row of the
     user); rows the filter leaves out are dropped after. Matches are read a page at a time
     until the ``candidates`` best are kept and the next is under ``COMPLETED_SHARE`` of the
-    best (what ``KeywordHits.of`` may still use), or ``MATCHES_KEPT`` are."""
+    best (what ``KeywordHits.of`` may still use) or ``MATCHES_KEPT`` are."""
     assert query.text is not None
     terms = textlib.query_terms(query.text)
     if not terms or admitted.share == 0.0:
@@ -182,8 +182,8 @@ def keyword_half(
         keep = admitted.admits(np.fromiter((row[0] for row in page), np.int64, len(page)))
         # FTS5's bm25() is negative, lower is better; flip it so higher is better.
         kept += [(row[0], -row[1]) for row, admit in zip(page, keep.tolist(), strict=True) if admit]
-        if len(kept) >= MATCHES_KEPT or (
-            len(kept) >= wanted and -page[-1][1] < COMPLETED_SHARE * kept[0][1]
+        if len(kept) >= wanted and (
+            len(kept) >= MATCHES_KEPT or -page[-1][1] < COMPLETED_SHARE * kept[0][1]
         ):
             break
     rows.close()
