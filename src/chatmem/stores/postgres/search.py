@@ -87,15 +87,11 @@ def keyword_half(
     (the user's own name) weighs next to nothing, as in the SQLite store, where ``ts_rank``
     alone weighs every word the same. Only the words with more than ``IDF_FLOOR`` find rows,
     when there are any: a row holding nothing else would score next to nothing."""
-    assert query.text is not None
-    terms = [index_text(term) for term in textlib.query_terms(query.text)]
+    terms, weights, matching = _words(conn, memories, query, counts)
     if not terms:
         return []
-    user = (query.filter.tenant_id, query.filter.require_user())
-    weights = counts.weights(conn, memories, user, terms)
-    telling = [i for i, weight in enumerate(weights) if weight > IDF_FLOOR]
     conditions, params = where
-    sql = _ranked(memories, conditions, len(terms), telling or range(len(terms)), vector)
+    sql = _ranked(memories, conditions, len(terms), matching, vector)
     head = [vector] if vector is not None else []
     values = [*head, *weights, *terms, *params, query.candidates]
     # The planner reads every row of a big user where the words' index finds the rows that
@@ -122,21 +118,30 @@ def keyword_ranks(
     """The keyword scores of the rows ``seqs`` that the words find, as ``keyword_half``
     scores them: for the vector half's finds past the keyword half's cut
     (``COMPLETED_SHARE``)."""
-    assert query.text is not None
-    terms = [index_text(term) for term in textlib.query_terms(query.text)]
+    terms, weights, matching = _words(conn, memories, query, counts)
     if not terms or not seqs:
         return {}
-    user = (query.filter.tenant_id, query.filter.require_user())
-    weights = counts.weights(conn, memories, user, terms)
-    telling = [i for i, weight in enumerate(weights) if weight > IDF_FLOOR]
     conditions, params = where
-    scored = _scored(
-        memories, conditions + " AND m.seq = ANY(%s)", len(terms), telling or range(len(terms))
-    )
+    scored = _scored(memories, conditions + " AND m.seq = ANY(%s)", len(terms), matching)
     rows = conn.execute(
         f"SELECT d.seq, d.rank FROM ({scored}) AS d", [*weights, *terms, *params, seqs]
     ).fetchall()
     return {int(seq): float(rank) for seq, rank in rows}
+
+
+def _words(
+    conn: Connection, memories: str, query: SearchQuery, counts: WordCounts
+) -> tuple[list[str], list[float], Sequence[int]]:
+    """The query's words as the index holds them, each word's weight (its idf among the
+    user's memories), and which words find rows: those above ``IDF_FLOOR``, when any are."""
+    assert query.text is not None
+    terms = [index_text(term) for term in textlib.query_terms(query.text)]
+    if not terms:
+        return [], [], []
+    user = (query.filter.tenant_id, query.filter.require_user())
+    weights = counts.weights(conn, memories, user, terms)
+    telling = [i for i, weight in enumerate(weights) if weight > IDF_FLOOR]
+    return terms, weights, telling or range(len(terms))
 
 
 def _scored(memories: str, conditions: str, count: int, matching: Sequence[int]) -> str:
