@@ -42,6 +42,16 @@ class Snapshot:
         return []
 
 
+#: Six loud memories, a strong one (at least half the best BM25) and a weak one: the word
+#: once at the end of 60 others (a shorter weak text scored 0.68-0.74 of the best in
+#: Qdrant's term weights, whose length normalisation is mild).
+BM25_TEXTS = (
+    "garden garden garden garden garden garden note {i}",
+    "garden garden garden and more",
+    " ".join(f"word{n}" for n in range(60)) + " garden",
+)
+
+
 def keyword_score_past_the_cut(
     put: Callable[[Sequence[Entry]], None],
     store: MemoryStore,
@@ -71,6 +81,9 @@ def keyword_score_past_the_cut(
     narrow = store.search(SearchQuery(scope, vector=nearer, text="garden", candidates=2))
     found = {c.id: c for c in narrow}
     assert {strong.id, weak.id} <= found.keys()  # the vector half's best two
-    assert found[strong.id].keyword_score == pytest.approx(scores[strong.id])
+    assert found[strong.id].keyword_score == pytest.approx(scores[strong.id]), (
+        found[strong.id],
+        scores[strong.id],
+    )
     assert found[weak.id].keyword_score is None
     assert sum(c.keyword_score is not None for c in narrow) == 3  # two loud, and the strong

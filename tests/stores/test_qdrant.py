@@ -34,7 +34,7 @@ from chatmem.records import (
     Vector,
 )
 from chatmem.stores import SearchQuery, check_store_uri, open_store
-from tests.stores.helpers import record, unit_vector
+from tests.stores.helpers import BM25_TEXTS, keyword_score_past_the_cut, record, unit_vector
 
 pytest.importorskip("qdrant_client")
 
@@ -377,3 +377,9 @@ def test_no_memory_crosses_tenants_or_users(embedder: Any) -> None:
         suppress_health_check=[HealthCheck.too_slow],
     )
     machine.TestCase().runTest()
+
+
+def test_a_vector_find_keeps_a_strong_keyword_score_past_the_keyword_best(
+    own_store: QdrantStore,
+) -> None:
+    keyword_score_past_the_cut(own_store.put, own_store, BM25_TEXTS)

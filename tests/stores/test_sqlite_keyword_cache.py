@@ -17,7 +17,7 @@ from chatmem.stores import Change, SQLiteStore
 from chatmem.stores.base import SearchQuery
 from chatmem.stores.sqlite import keyword_cache, search
 from chatmem.stores.sqlite.schema import user_key, user_token
-from tests.stores.helpers import keyword_score_past_the_cut, record, unit_vector
+from tests.stores.helpers import BM25_TEXTS, keyword_score_past_the_cut, record, unit_vector
 
 DIM = 4
 EMBEDDING = EmbeddingInfo(model="test", dimension=DIM)
@@ -290,14 +290,6 @@ def test_a_vector_find_keeps_a_strong_keyword_score_past_the_keyword_best(
 ) -> None:
     ready = (lambda: pair.warm("u")) if reader == "cached" else None
     keyword_score_past_the_cut(pair.writer.put, getattr(pair, reader), BM25_TEXTS, ready)
-
-
-#: Six loud memories, a strong one (at least half the best BM25) and a weak one.
-BM25_TEXTS = (
-    "garden garden garden garden garden garden note {i}",
-    "garden garden garden and more",
-    "a long entry about many things, once a garden, and all the rest",
-)
 
 
 def test_fts5_gives_all_the_candidates_asked_for_past_its_cap_on_matches(

@@ -129,8 +129,8 @@ class Usage:
 
 #: A memory the vector half found past the keyword half's best ``candidates`` gets its
 #: keyword score when that is at least this share of the best keyword score: a strong match
-#: the cut left out (the SQLite and PostgreSQL stores). Every match (share 0) lifted LoCoMo
-#: further on the held-out half but lost open-domain questions on both halves and the
+#: the cut left out (the SQLite, PostgreSQL and Qdrant stores). Every match (share 0) lifted
+#: LoCoMo further on the held-out half but lost open-domain questions on both halves and the
 #: synthetic check's temporal and updated-fact questions, where weak matches of common
 #: words come in (docs/benchmarks.md, "A vector find's keyword score past the keyword
 #: half's cut").

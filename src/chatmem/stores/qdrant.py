@@ -55,7 +55,7 @@ from chatmem.records import (
     utcnow,
 )
 from chatmem.stores import qdrant_filters as qf
-from chatmem.stores.base import Capabilities, Change, SearchQuery, Usage
+from chatmem.stores.base import COMPLETED_SHARE, Capabilities, Change, SearchQuery, Usage
 from chatmem.stores.qdrant_connect import LOCAL_ENGINES, SERVER_SCHEMES, connect, translated
 from chatmem.stores.vectordb.hybrid import candidates
 from chatmem.stores.vectordb.order import sort_key
@@ -405,7 +405,26 @@ class QdrantStore(VectorDBStore):
         scores = [{str((p.payload or {})["id"]): p.score for p in a.points} for a in answers]
         cosine = scores[0] if vector is not None else {}
         keyword = scores[-1] if keywords is not None else {}
+        if keywords is not None and keyword and cosine.keys() - keyword.keys():
+            keyword.update(self._keywords_past_the_cut(query, keywords, cosine, keyword))
         return candidates(cosine, keyword, vector, self._cosines)
+
+    def _keywords_past_the_cut(
+        self,
+        query: SearchQuery,
+        keywords: models.SparseVector,
+        cosine: dict[str, float],
+        keyword: dict[str, float],
+    ) -> dict[str, float]:
+        """The keyword scores of the vector half's finds that the keyword half left out, at
+        least ``COMPLETED_SHARE`` of the best (as the SQL stores give them)."""
+        missing = sorted(cosine.keys() - keyword.keys())
+        narrowed = query.filter.model_copy(update={"ids": tuple(missing)})
+        request = self._request(qf.filter_for(narrowed), keywords, SPARSE, len(missing))
+        (answer,) = self._call(self._client.query_batch_points, self._memories, requests=[request])
+        floor = COMPLETED_SHARE * max(keyword.values())
+        found = ((str((p.payload or {})["id"]), p.score) for p in answer.points)
+        return {memory_id: score for memory_id, score in found if score >= floor}
 
     def _request(self, where: models.Filter, data: Any, using: str, limit: int) -> Any:
         # Local mode is always exact (and warns about search parameters).
