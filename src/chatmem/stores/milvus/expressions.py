@@ -107,3 +107,13 @@ def filter_expression(scope: Filter, *, expiry: bool = True) -> str:
     if scope.reader_roles is not None:
         parts.append(_readable(scope.reader_roles))
     return " and ".join(f"({part})" for part in parts)
+
+
+def read_expression(scope: Filter, *, expiry: bool = True) -> str:
+    """What a read that re-checks ``scope.matches`` on every row asks for: the ids alone when
+    ``scope`` names ids, else ``filter_expression``. Milvus Lite answers ``id in [...]`` from
+    its key index, but any other condition beside it makes it walk every row not yet flushed,
+    vectors included (27 ms at 500 rows, 72 ms at 2,000, against about 1 ms by id)."""
+    if scope.ids is not None:
+        return any_of("id", sorted(set(scope.ids)))
+    return filter_expression(scope, expiry=expiry)

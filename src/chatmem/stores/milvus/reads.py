@@ -1,39 +1,44 @@
 """The Milvus store's reads: records and vectors by id, counts, users, history, and lists.
 
 Every read re-checks ``Filter.matches`` on what the expression selected (SPEC L7, defence in
-depth). A read by id asks for the ids alone and applies the rest of the filter here, with
-``Filter.matches``, the reference semantics: Milvus Lite answers an expression that is only
-``id in [...]`` from its primary-key index, but any other condition beside it makes it
-read every row not yet flushed, vectors included (27 ms at 500 rows, 72 ms at 2,000, against
-about 1 ms by id; ``docs/benchmarks.md``), and a live ``add`` reads its session's latest turn
-by id. Milvus has no ORDER BY: ``list`` (oldest first, ties by id) reads the ids and creation
-times of every matching record after the cursor, sorts them here, and then reads the bodies
-of one page: a page costs O(matching records), fine per user, slow for a tenant-wide listing
-of millions. Reads past Milvus' 16,384-row query window go through a query iterator.
+depth); a read by id asks for the ids alone (``read_expression``: what Milvus Lite answers
+from its key index) and the check applies the rest of the filter. Milvus has no ORDER BY:
+``list`` (oldest first, ties by id) reads the ids and creation times of every matching
+record after the cursor, sorts them here, and then reads the bodies of one page: a page
+costs O(matching records), fine per user, slow for a tenant-wide listing of millions. Reads
+past Milvus' 16,384-row query window go through a query iterator.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from chatmem.records import Filter, HistoryEntry, MemoryRecord, Page, Vector
-from chatmem.stores.milvus.expressions import any_of, filter_expression, literal, owner
+from chatmem.stores.milvus.expressions import filter_expression, literal, owner, read_expression
 from chatmem.stores.milvus.rows import HISTORY_FIELDS, MEMORY_FIELDS, history_entry, record_of
 from chatmem.stores.milvus.schema import MilvusCollections
 from chatmem.stores.vectordb.order import encode_cursor
 from chatmem.stores.vectordb.writes import chunks
 
 
-def _by_id(db: MilvusCollections, ids: Sequence[str], scope: Filter) -> dict[str, MemoryRecord]:
-    found: dict[str, MemoryRecord] = {}
+def _rows_by_id(
+    db: MilvusCollections, ids: Sequence[str], scope: Filter, fields: list[str]
+) -> Iterator[tuple[dict[str, Any], MemoryRecord]]:
+    """The rows of ``ids`` (with ``fields``, ``body`` among them) that ``scope`` matches,
+    with their records."""
     for chunk in chunks(ids):
-        for row in db.conn.scan(db.memories, any_of("id", chunk), MEMORY_FIELDS):
+        narrowed = scope.model_copy(update={"ids": tuple(chunk)})
+        for row in db.conn.scan(db.memories, read_expression(narrowed, expiry=db.expiry), fields):
             record = record_of(row["body"])
-            if scope.matches(record):  # the whole filter, ids included
-                found[record.id] = record
-    return found
+            if narrowed.matches(record):
+                yield row, record
+
+
+def _by_id(db: MilvusCollections, ids: Sequence[str], scope: Filter) -> dict[str, MemoryRecord]:
+    return {record.id: record for _, record in _rows_by_id(db, ids, scope, MEMORY_FIELDS)}
 
 
 def get(db: MilvusCollections, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
@@ -44,12 +49,8 @@ def get(db: MilvusCollections, ids: Sequence[str], scope: Filter) -> list[Memory
 
 def vectors(db: MilvusCollections, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
     """The stored embeddings of the memories of ``ids`` that ``scope`` matches."""
-    found: dict[str, Vector] = {}
-    for chunk in chunks(sorted(set(ids))):
-        for row in db.conn.scan(db.memories, any_of("id", chunk), ["id", "body", "embedding"]):
-            if scope.matches(record_of(row["body"])):  # the whole filter, ids included
-                found[str(row["id"])] = np.asarray(row["embedding"], dtype=np.float32)
-    return found
+    rows = _rows_by_id(db, sorted(set(ids)), scope, ["id", "body", "embedding"])
+    return {record.id: np.asarray(row["embedding"], dtype=np.float32) for row, record in rows}
 
 
 def count(db: MilvusCollections, scope: Filter) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 from chatmem.errors import StoreError, ValidationError
 from chatmem.records import Entry, Filter, HistoryEvent, MemoryRecord, utcnow
 from chatmem.stores.base import Change, Usage
-from chatmem.stores.milvus.expressions import any_of, filter_expression
+from chatmem.stores.milvus.expressions import any_of, read_expression
 from chatmem.stores.milvus.rows import MEMORY_FIELDS, history_row, memory_row, record_of
 from chatmem.stores.milvus.schema import MilvusCollections
 from chatmem.stores.vectordb.order import sort_key
@@ -132,14 +132,8 @@ def touch(db: MilvusCollections, uses: Sequence[Usage], scope: Filter, user: str
 
 
 def delete(db: MilvusCollections, scope: Filter, reason: str | None, seq: Seq) -> list[str]:
-    """Delete the memories ``scope`` matches, oldest first, in chunks with DELETE history.
-    Memories named by id are read by their ids alone (``reads``: what Lite answers from its
-    key index); ``Filter.matches`` applies the rest of the filter to every record read."""
-    if scope.ids is not None:
-        expression = any_of("id", sorted(set(scope.ids)))
-    else:
-        expression = filter_expression(scope, expiry=db.expiry)
-    rows = db.conn.scan(db.memories, expression, MEMORY_FIELDS)
+    """Delete the memories ``scope`` matches, oldest first, in chunks with DELETE history."""
+    rows = db.conn.scan(db.memories, read_expression(scope, expiry=db.expiry), MEMORY_FIELDS)
     records = sorted(
         (r for r in (record_of(row["body"]) for row in rows) if scope.matches(r)),
         key=sort_key,
