@@ -134,6 +134,27 @@ def test_said_gives_speaker_and_text_within_scope_as_get_would(
     assert store.said([], Filter(tenant_id=tenant)) == {}
 
 
+#: Texts a read must give back exactly: control characters (SQLite's reads join records
+#: with one), a line separator, quotes and backslashes, and text beyond ASCII. (A NUL is
+#: refused by PostgreSQL, as a ValidationError; tests/stores/test_sqlite_reads.py has it.)
+ODD_TEXTS = ("a\x1eb\x1fc", "line\u2028sep", 'quote " and \\ back', "😀 ünï")
+
+
+def test_get_and_said_give_back_every_character_as_stored(store: MemoryStore, tenant: str) -> None:
+    stored = put(
+        store,
+        *(
+            (record(tenant, "u", text, context={"speaker": f"{text} speaker"}), unit(n + 1))
+            for n, text in enumerate(ODD_TEXTS)
+        ),
+    )
+    every = ids(stored)
+    scope = Filter(tenant_id=tenant, user_id="u")
+    assert [r.text for r in store.get(every, scope)] == list(ODD_TEXTS)
+    assert store.get(every, scope) == stored
+    assert store.said(every, scope) == {r.id: (f"{r.text} speaker", r.text) for r in stored}
+
+
 def test_put_is_atomic_when_an_id_already_exists(store: MemoryStore, tenant: str) -> None:
     (first,) = put(store, (record(tenant, "u", "first"), unit(1)))
     fresh = record(tenant, "u", "fresh")
