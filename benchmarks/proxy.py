@@ -109,6 +109,7 @@ def run_service(conn: Connection, upstream_url: str, memories: int, seed: int) -
     import uvicorn
 
     from chatmem.server import Runtime, ServiceConfig, create_app
+    from chatmem.server.serving import tune_interpreter
 
     with tempfile.TemporaryDirectory() as folder:
         config = ServiceConfig.parse(
@@ -119,6 +120,7 @@ def run_service(conn: Connection, upstream_url: str, memories: int, seed: int) -
                 "log_level": "warning",
             }
         )
+        tune_interpreter(config.server)  # as ``chatmem serve`` sets its process
         runtime = Runtime.start(config)  # the service's own embedder, as configured
         seed_memories(runtime, memories, random.Random(seed))
         server = uvicorn.Server(

@@ -12,6 +12,7 @@ import pytest
 from chatmem.errors import ConfigError
 from chatmem.llm.base import ModelRole
 from chatmem.server.config import ServiceConfig, load_config
+from chatmem.server.serving import tune_interpreter
 
 DESIGN = """
 memory:
@@ -90,6 +91,7 @@ def test_environment_overrides_win_and_are_typed(tmp_path: Path) -> None:
         ("memory:\n  embedding: {query_model: turbo}\n", "memory.embedding.query_model"),
         ("memory:\n  embedding: {document_model: turbo}\n", "memory.embedding.document_model"),
         ("upstream:\n  base_url: localhost:8000\n", "upstream.base_url"),
+        ("server:\n  switch_interval_ms: -1\n", "server.switch_interval_ms"),
         ("auth:\n  keys: [{tenant: acme}]\n", "auth.keys.0"),
         ("external_models:\n  - {model_role: memory_rewrite}\n", "external_models[0]: endpoint"),
         ("- just\n- a list\n", "top level must be a mapping"),
@@ -130,3 +132,20 @@ def test_a_store_uri_that_cannot_be_right_is_a_configuration_error() -> None:
         ServiceConfig.parse({"memory": {"store": "foo://bar"}})
     assert "memory.store" in str(bad.value) and "unknown store scheme 'foo'" in str(bad.value)
     assert ServiceConfig.parse({"memory": {"store": "sqlite:///x.db"}}).memory.store
+
+
+@pytest.mark.parametrize(("configured", "expected_s"), [(None, 0.0002), (2.5, 0.0025), (0, None)])
+def test_a_serving_process_sets_its_switch_interval(
+    configured: float | None, expected_s: float | None
+) -> None:
+    """``chatmem serve`` and each worker process set the interpreter's switch interval
+    (``server.switch_interval_ms``; 0 leaves the interpreter's own)."""
+    server = {} if configured is None else {"switch_interval_ms": configured}
+    config = ServiceConfig.parse({"server": server})
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.004)
+        tune_interpreter(config.server)
+        assert sys.getswitchinterval() == pytest.approx(expected_s or 0.004)
+    finally:
+        sys.setswitchinterval(before)

@@ -235,6 +235,12 @@ class ServerSection(_Section):
     shutdown_grace_s: float = Field(default=10.0, ge=0, le=600)
     #: Without a service database, the responses kept in memory take at most this (MiB).
     responses_memory_mib: float = Field(default=64.0, gt=0)
+    #: How long a serving process's thread may hold the interpreter lock while another
+    #: waits for it (``sys.setswitchinterval``, ms; 0: Python's own, 5 ms). A search gives
+    #: the lock up in each model call and SQLite read and waits up to this long to take it
+    #: back from the HTTP threads: under 16 clients on 2 cores memory was on for more
+    #: answers at 0.2 than at 5 (docs/benchmarks.md, "Reads that keep the interpreter lock").
+    switch_interval_ms: float = Field(default=0.2, ge=0, le=100)
     metrics: MetricsSection = Field(default_factory=MetricsSection)
 
     @model_validator(mode="after")

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -15,7 +16,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from chatmem.errors import ChatmemError
-from chatmem.server.config import ServiceConfig
+from chatmem.server.config import ServerSection, ServiceConfig
 
 
 class ServiceThread:
@@ -95,7 +96,17 @@ def app_from_environment() -> FastAPI:
 
     config = ServiceConfig.model_validate_json(os.environ[CONFIG_ENV])
     configure_logging(config.log_level, config.log_format)
+    tune_interpreter(config.server)
     return create_app(config)
+
+
+def tune_interpreter(server: ServerSection) -> None:
+    """The interpreter settings of a serving process: its switch interval
+    (``server.switch_interval_ms``; 0 leaves Python's own). Set by ``serve`` and in each
+    worker process, never by ``create_app``: an application that mounts chatmem keeps its
+    own."""
+    if server.switch_interval_ms > 0:
+        sys.setswitchinterval(server.switch_interval_ms / 1000)
 
 
 def _stopped(signum: int, frame: object) -> None:
@@ -110,6 +121,7 @@ def serve(config: ServiceConfig) -> None:
 
     configure_logging(config.log_level, config.log_format)
     server = config.server
+    tune_interpreter(server)
     options: dict[str, Any] = {
         "host": server.host,
         "port": server.port,
@@ -143,4 +155,5 @@ __all__ = [
     "app_from_environment",
     "configure_logging",
     "serve",
+    "tune_interpreter",
 ]
