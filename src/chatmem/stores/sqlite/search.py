@@ -108,11 +108,13 @@ def answered(vectors: UserVectors, scores: Vector, pool: npt.NDArray[np.intp]) -
     replies = vectors.replies()
     if not len(replies.answer):
         return scores
-    seen = np.zeros(len(scores), dtype=np.bool_)
-    seen[pool] = True
-    both = seen[replies.answer] & seen[replies.question]
-    answer, question = replies.answer[both], replies.question[both]
-    together = (scores[answer] + scores[question]) / replies.norm[both]
+    answer, question, norm = replies.answer, replies.question, replies.norm
+    if len(pool) < len(scores):  # a filter left rows out (else every pair counts)
+        seen = np.zeros(len(scores), dtype=np.bool_)
+        seen[pool] = True
+        both = seen[answer] & seen[question]
+        answer, question, norm = answer[both], question[both], norm[both]
+    together = (scores[answer] + scores[question]) / norm
     lifted = scores.copy()
     lifted[answer] = np.maximum(scores[answer], together)
     return lifted
