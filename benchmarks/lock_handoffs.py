@@ -11,7 +11,9 @@ interval of ``--intervals``:
 - the query embedding, the store's search (both halves), reading 10 records (``get``) and
   what 20 say (``said``), and the whole ``LongTermMemory.search``;
 - the same reads row by row, as ``SQLiteStore`` read them before 2026-11-28 (``rows``),
-  beside the one-row reads it makes now.
+  beside the one-row reads it makes now;
+- the store's search for a conversation-sized user (LoCoMo's first conversation, kept in
+  ``--dir``/conversation), whose keyword half FTS5 answers.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/lock_handoffs.py --data "$LOCOMO" \\
         --dir /tmp/split-10k --json handoffs.json
@@ -121,6 +123,25 @@ def parts(system: Any, queries: Sequence[str]) -> dict[str, Callable[[int], obje
     }
 
 
+def small_search(system: Any, user: str, conversation: Any) -> Callable[[int], object]:
+    """The store's search (both halves) of ``user``'s questions, their vectors made once."""
+    from chatmem.records import Filter
+    from chatmem.stores.base import SearchQuery
+
+    memory = system._mem
+    questions = [q.question for q in conversation.questions][:50]
+    vectors = {q: memory.embedder.embed_query(q) for q in questions}
+    scope = Filter(user_id=user)
+
+    def search(n: int) -> object:
+        question = questions[n % len(questions)]
+        return memory.store.search(
+            SearchQuery(filter=scope, text=question, candidates=50, embed=lambda: vectors[question])
+        )
+
+    return search
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, type=Path, help="path to locomo10.json")
@@ -142,6 +163,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         built.touch()
     queries = lr.scale_queries(conversations, 200)
     measured = parts(system, queries)
+    # A conversation-sized user (LoCoMo's first, 419 turns): its keyword half is FTS5's.
+    small = lr.ChatmemSystem(args.dir / "conversation")
+    first = conversations[0]
+    small_user = lr.user_id_for(first)
+    if not (args.dir / "conversation" / "built").exists():
+        small.ingest(small_user, first.turns)
+        (args.dir / "conversation" / "built").touch()
+    measured["store search, a LoCoMo user (FTS5)"] = small_search(small, small_user, first)
     for run in measured.values():  # caches filled, model loaded
         _p50(run, 5)
     result: dict[str, dict[str, float]] = {"alone": {}}
@@ -157,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         sys.setswitchinterval(default)
     system.close()
+    small.close()
     columns = list(result)
     print("| part (p50 ms) | " + " | ".join(columns) + " |")
     print("|---|" + "---:|" * len(columns))

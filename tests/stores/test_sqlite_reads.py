@@ -13,9 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from chatmem import text as textlib
 from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord
 from chatmem.stores import SQLiteStore
+from chatmem.stores.base import SearchQuery
 from chatmem.stores.sqlite.file import sqlite3
+from chatmem.stores.sqlite.schema import FTS_WEIGHTS, fts_table, user_token
 
 RECORDS = 30
 
@@ -47,6 +50,14 @@ class _Cursor:
         found = self._cursor.fetchall()
         self._rows.count += len(found)
         return found
+
+    def fetchmany(self, size: int) -> list[Any]:
+        found = self._cursor.fetchmany(size)
+        self._rows.count += len(found)
+        return found
+
+    def close(self) -> None:
+        self._cursor.close()
 
     def __iter__(self) -> Iterator[Any]:
         for row in self._cursor:
@@ -88,3 +99,38 @@ def test_reading_many_records_or_what_they_say_is_one_row(
     assert said == {r.id: ("Ana\x1e", r.text) for r in records}
     assert rows.count == 2
     assert store.get(["missing"], scope) == [] and store.said(["missing"], scope) == {}
+
+
+def test_a_search_reads_fts5s_matches_a_page_in_one_row(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user too small for keyword postings in memory is searched through FTS5: its
+    matches come a page to a row, with the scores FTS5 gave (17 digits give the float
+    back), best first."""
+    records = [
+        MemoryRecord(user_id="u", content={"raw": "garden " * (1 + n % 7) + f"note {n}"})
+        for n in range(RECORDS)
+    ]
+    store.put([Entry(r, np.ones(4, dtype=np.float32)) for r in records])
+    scope = Filter(user_id="u")
+
+    def search(text: str) -> dict[str, float | None]:
+        query = SearchQuery(scope, text=text, candidates=50, embed=lambda: np.ones(4, np.float32))
+        return {c.id: c.keyword_score for c in store.search(query)}
+
+    search("warm the vectors")
+    token = user_token("default", "u")
+    table = fts_table(token)
+    terms = textlib.fts5_any(textlib.query_terms("garden"))
+    weights = ", ".join(str(w) for w in FTS_WEIGHTS)
+    with store._file.read() as conn:
+        by_rowid = dict(conn.execute("SELECT rowid, id FROM memories").fetchall())
+        fts5 = conn.execute(
+            f"SELECT rowid, bm25({table}, {weights}) FROM {table} WHERE {table} MATCH ?",
+            (f'ukey : "{token}" AND {{said prev nxt day}} : ({terms})',),
+        ).fetchall()
+    rows = _counted(store, monkeypatch)
+    found = search("garden")
+    assert rows.count <= 2  # the user's versions, then one page of matches
+    assert found == {by_rowid[rowid]: -score for rowid, score in fts5}  # to the last bit
+    assert len(set(found.values())) == 7

@@ -4,6 +4,8 @@ keyword matches (BM25 in the user's shard). Fusing them is the ranking layer's j
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import numpy.typing as npt
 
@@ -158,6 +160,37 @@ class KeywordHits:
         return dict(found)
 
 
+#: Pages of matches gathered into one row by each read of the full-text table, in turn:
+#: the first read takes one page, each next one this many times as many.
+PAGES_GROWTH = 8
+
+
+def _pages(conn: sqlite3.Connection, matches: str, match: str) -> Iterator[list[tuple[int, float]]]:
+    """FTS5's matches (``matches``: rowid and score, best first, with a LIMIT and an OFFSET)
+    ``MATCHES_PAGE`` at a time. Each read gathers its rows into one value (the scores
+    written with 17 digits, which give the same float back): every row a cursor steps
+    through lets go of the interpreter lock, and beside a busy thread each took up to 5 ms
+    to take it back (docs/benchmarks.md, "Reads that keep the interpreter lock"). A read
+    takes one page, the next ``PAGES_GROWTH`` times as many, and so on, while the caller
+    asks for more."""
+    gathered = f"SELECT group_concat(rowid || ' ' || printf('%!.17g', s), ',') FROM ({matches})"
+    offset, limit = 0, MATCHES_PAGE
+    while True:
+        (joined,) = conn.execute(gathered, (match, limit, offset)).fetchone()
+        if not joined:
+            return
+        found = [
+            (int(rowid), float(score))
+            for rowid, score in (item.split(" ") for item in joined.split(","))
+        ]
+        for start in range(0, len(found), MATCHES_PAGE):
+            yield found[start : start + MATCHES_PAGE]
+        if len(found) < limit:
+            return
+        offset += limit
+        limit *= PAGES_GROWTH
+
+
 def keyword_half(
     conn: sqlite3.Connection, query: SearchQuery, user: str, admitted: Admitted
 ) -> KeywordHits:
@@ -174,13 +207,12 @@ def keyword_half(
     table = fts_table(token)
     match = f'ukey : "{token}" AND {{said prev nxt day}} : ({textlib.fts5_any(terms)})'
     weights = ", ".join(str(w) for w in FTS_WEIGHTS)
-    rows = conn.execute(
+    matches = (
         f"SELECT rowid, bm25({table}, {weights}) AS s FROM {table} WHERE {table} MATCH ?"
-        " ORDER BY s",
-        (match,),
+        " ORDER BY s LIMIT ? OFFSET ?"
     )
     wanted, kept = query.candidates, []
-    while page := rows.fetchmany(MATCHES_PAGE):
+    for page in _pages(conn, matches, match):
         keep = admitted.admits(np.fromiter((row[0] for row in page), np.int64, len(page)))
         # FTS5's bm25() is negative, lower is better; flip it so higher is better.
         kept += [(row[0], -row[1]) for row, admit in zip(page, keep.tolist(), strict=True) if admit]
@@ -188,7 +220,6 @@ def keyword_half(
             len(kept) >= MATCHES_KEPT or -page[-1][1] < COMPLETED_SHARE * kept[0][1]
         ):
             break
-    rows.close()
     rowids = np.fromiter((row[0] for row in kept), np.int64, len(kept))
     scores = np.fromiter((row[1] for row in kept), np.float64, len(kept))
     return KeywordHits(kept[:wanted], rowids, scores)
