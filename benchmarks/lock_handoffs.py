@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import locomo_retrieval as lr  # noqa: E402 - a sibling script, found through sys.path
 from _locomo import load_locomo  # noqa: E402
+from search_split import scale_system  # noqa: E402
 
 USER = "scale-user"
 
@@ -155,12 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     conversations = load_locomo(args.data)
-    args.dir.mkdir(parents=True, exist_ok=True)
-    system = lr.ChatmemSystem(args.dir)
-    built = args.dir / f"built-{args.size}"
-    if not built.exists():
-        system.ingest(USER, lr.scale_turns(conversations, args.size))
-        built.touch()
+    system = scale_system(args.dir, conversations, args.size)  # under USER
     queries = lr.scale_queries(conversations, 200)
     measured = parts(system, queries)
     # A conversation-sized user (LoCoMo's first, 419 turns): its keyword half is FTS5's.

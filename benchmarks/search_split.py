@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -38,6 +39,18 @@ def _quantiles(times: list[float]) -> dict[str, float]:
     return {"p50_ms": statistics.median(times), "p95_ms": times[int(len(times) * 0.95)]}
 
 
+def scale_system(folder: Path, conversations: Sequence[Any], size: int) -> lr.ChatmemSystem:
+    """chatmem on the SQLite store in ``folder`` holding ``size`` LoCoMo turns under
+    "scale-user" (``locomo_retrieval.scale_turns``), built the first time only."""
+    folder.mkdir(parents=True, exist_ok=True)
+    system = lr.ChatmemSystem(folder)
+    built = folder / f"built-{size}"
+    if not built.exists():
+        system.ingest("scale-user", lr.scale_turns(conversations, size))
+        built.touch()
+    return system
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, type=Path, help="path to locomo10.json")
@@ -53,12 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--samples", action="store_true", help="keep every query's ms in the JSON")
     args = parser.parse_args(argv)
     conversations = load_locomo(args.data)
-    args.dir.mkdir(parents=True, exist_ok=True)
-    system = lr.ChatmemSystem(args.dir)
-    built = args.dir / f"built-{args.size}"
-    if not built.exists():
-        system.ingest("scale-user", lr.scale_turns(conversations, args.size))
-        built.touch()
+    system = scale_system(args.dir, conversations, args.size)
     queries = lr.scale_queries(conversations, args.queries)
     embedder = system._mem.embedder
     store = system._mem.store
