@@ -168,7 +168,8 @@ PAGES_GROWTH = 8
 def _pages(conn: sqlite3.Connection, matches: str, match: str) -> Iterator[list[tuple[int, float]]]:
     """FTS5's matches (``matches``: rowid and score, best first, with a LIMIT and an OFFSET)
     ``MATCHES_PAGE`` at a time. Each read gathers its rows into one value (the scores
-    written with 17 digits, which give the same float back): every row a cursor steps
+    written with 17 digits, which give the same float back on the SQLite of pysqlite3;
+    tests/stores/test_sqlite_reads.py checks it): every row a cursor steps
     through lets go of the interpreter lock, and beside a busy thread each took up to 5 ms
     to take it back (docs/benchmarks.md, "Reads that keep the interpreter lock"). A read
     takes one page, the next ``PAGES_GROWTH`` times as many, and so on, while the caller
