@@ -49,8 +49,8 @@ _EMBEDDING = "SELECT value FROM chatmem_meta WHERE key = 'embedding'"
 #: control character inside its strings, so a body never holds it raw. Each row a cursor
 #: steps through lets go of the interpreter lock and waits to take it back; with other
 #: threads busy (a service under load) each wait lasts up to the switch interval (5 ms),
-#: and reading 20 records row by row took 134 ms instead of 0.1 (docs/benchmarks.md,
-#: "Reads that keep the interpreter lock").
+#: and reading 20 records row by row took 134 ms where one row took 11 (0.1 alone;
+#: docs/benchmarks.md, "Reads that keep the interpreter lock").
 BODY_SEPARATOR = "\x1e"
 
 
