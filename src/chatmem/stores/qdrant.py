@@ -79,6 +79,11 @@ def _ids(points: Sequence[models.PointStruct]) -> builtins.list[str]:
     return [str(point.id) for point in points]
 
 
+def _scored(points: Sequence[models.ScoredPoint]) -> dict[str, float]:
+    """Each point's memory id and score."""
+    return {str((p.payload or {})["id"]): p.score for p in points}
+
+
 class QdrantStore(VectorDBStore):
     """Memories in Qdrant (server or local mode); see the module docstring for the layout."""
 
@@ -402,7 +407,7 @@ class QdrantStore(VectorDBStore):
         if not requests:
             return []
         answers = self._call(self._client.query_batch_points, self._memories, requests=requests)
-        scores = [{str((p.payload or {})["id"]): p.score for p in a.points} for a in answers]
+        scores = [_scored(a.points) for a in answers]
         cosine = scores[0] if vector is not None else {}
         keyword = scores[-1] if keywords is not None else {}
         if keywords is not None and keyword and cosine.keys() - keyword.keys():
@@ -423,8 +428,7 @@ class QdrantStore(VectorDBStore):
         request = self._request(qf.filter_for(narrowed), keywords, SPARSE, len(missing))
         (answer,) = self._call(self._client.query_batch_points, self._memories, requests=[request])
         floor = COMPLETED_SHARE * max(keyword.values())
-        found = ((str((p.payload or {})["id"]), p.score) for p in answer.points)
-        return {memory_id: score for memory_id, score in found if score >= floor}
+        return {i: score for i, score in _scored(answer.points).items() if score >= floor}
 
     def _request(self, where: models.Filter, data: Any, using: str, limit: int) -> Any:
         # Local mode is always exact (and warns about search parameters).
