@@ -180,9 +180,13 @@ class Repeats:
 
     def seen(self, record: MemoryRecord) -> bool:
         """Whether ``record`` repeats one read before it; it is remembered if not."""
-        if len(record.text) > REPEAT_CHARS:
+        return self.heard(record.context.speaker if record.context else None, record.text)
+
+    def heard(self, speaker: str | None, text: str) -> bool:
+        """Whether ``speaker`` said ``text`` in one read before; it is remembered if not."""
+        if len(text) > REPEAT_CHARS:
             return False
-        key = said(record.context.speaker if record.context else None, record.text)
+        key = said(speaker, text)
         if not key[1]:
             return False
         if key in self._said:

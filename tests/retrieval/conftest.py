@@ -10,25 +10,26 @@ from pathlib import Path
 from chatmem import LongTermMemory
 from chatmem.embeddings import LocalEmbedder
 from chatmem.records import Filter, MemoryRecord
+from chatmem.stores.base import Head
 from chatmem.stores.sqlite import SQLiteStore
 
 
 class CountingStore(SQLiteStore):
     """The real SQLite store, counting the ids each ``get`` (whole records) and each
-    ``said`` (speakers and texts) is asked for."""
+    ``heads`` (what ranking reads, no record parsed) is asked for."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.asked: list[list[str]] = []
-        self.asked_said: list[list[str]] = []
+        self.asked_heads: list[list[str]] = []
 
     def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
         self.asked.append(list(ids))
         return super().get(ids, scope)
 
-    def said(self, ids: Sequence[str], scope: Filter) -> dict[str, tuple[str | None, str]]:
-        self.asked_said.append(list(ids))
-        return super().said(ids, scope)
+    def heads(self, ids: Sequence[str], scope: Filter) -> dict[str, Head]:
+        self.asked_heads.append(list(ids))
+        return super().heads(ids, scope)
 
 
 def store_chat(

@@ -148,17 +148,20 @@ def test_a_query_naming_nobody_reads_only_the_records_it_returns(
     path, embedder = chat
     store = CountingStore(path)
     with LongTermMemory(store, embedder) as memory:
-        # A process's first search of a user reads the head once, to learn its speakers.
+        # A process's first search of a user reads the head's speakers once, to learn them;
+        # only the two records returned are read whole.
         memory.search("what kind of art do they make?", user_id="u", k=2)
-        assert [len(ids) for ids in store.asked] == [min(len(CHAT), SPEAKER_READ)]
+        assert [len(ids) for ids in store.asked_heads] == [min(len(CHAT), SPEAKER_READ)]
+        assert [len(ids) for ids in store.asked] == [2]
         store.asked.clear()
+        store.asked_heads.clear()
         memory.search("what kind of art do they make?", user_id="u", k=2)
-        assert [len(ids) for ids in store.asked] == [2] and store.asked_said == []
+        assert [len(ids) for ids in store.asked] == [2] and store.asked_heads == []
         store.asked.clear()
         found = memory.search(QUESTION, user_id="u", k=2)
     # Who said the head's memories is read once (all six here, under SPEAKER_READ); only
     # the two records returned are read whole.
-    assert [len(ids) for ids in store.asked_said] == [min(len(CHAT), SPEAKER_READ)]
+    assert [len(ids) for ids in store.asked_heads] == [min(len(CHAT), SPEAKER_READ)]
     assert [len(ids) for ids in store.asked] == [2]
     assert found[0].record.context and found[0].record.context.speaker == "Caroline"
 

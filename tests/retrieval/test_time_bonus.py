@@ -126,11 +126,12 @@ def test_a_time_question_naming_nobody_reads_the_head_once(
     with LongTermMemory(store, embedder) as memory:
         memory.search("what did they play?", user_id="u", k=2)  # learns the speakers
         store.asked.clear()
+        store.asked_heads.clear()
         memory.search("what did they play?", user_id="u", k=2)
-        assert [len(ids) for ids in store.asked] == [2] and store.asked_said == []
+        assert [len(ids) for ids in store.asked] == [2] and store.asked_heads == []
         store.asked.clear()
         found = memory.search(WHEN, user_id="u", k=2)
     # What the head says is read once; only the two records returned are read whole.
-    assert [len(ids) for ids in store.asked_said] == [min(len(CHAT), SPEAKER_READ)]
+    assert [len(ids) for ids in store.asked_heads] == [min(len(CHAT), SPEAKER_READ)]
     assert [len(ids) for ids in store.asked] == [2]
     assert found[0].record.text == SAYS

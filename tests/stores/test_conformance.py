@@ -32,6 +32,7 @@ from chatmem.records import (
     Vector,
 )
 from chatmem.stores import Change, MemoryStore, SearchQuery, Usage
+from chatmem.stores.base import Head, heads_of
 from tests.stores.conftest import DIM, EMBEDDING, StoreFactory
 from tests.stores.helpers import record, unit_vector
 
@@ -105,16 +106,31 @@ def test_get_never_crosses_tenant_or_user(store: MemoryStore, tenant: str) -> No
     assert ids(store.get([mine.id], Filter(tenant_id=tenant, user_id="alice"))) == [mine.id]
 
 
-def test_said_gives_speaker_and_text_within_scope_as_get_would(
+def test_heads_give_what_ranking_reads_within_scope_as_get_would(
     store: MemoryStore, tenant: str
 ) -> None:
-    """``said`` reads who said a memory and what, for ranking, and only where ``get`` would
-    return the memory: the same scope, restricted memories and all."""
+    """``heads`` reads what a search ranks by (speaker, text, importance, times, whether
+    roles restrict it) without parsing records, and only where ``get`` would return the
+    memory: the same scope, restricted memories and all; each field as ``get`` gives it."""
     text = 'Caroline said "hi" \\ ünïcode, on 8 May 2023'
     spoken, plain, hidden = put(
         store,
-        (record(tenant, "u", text, context={"speaker": "Caroline", "before": "x"}), unit(1)),
-        (record(tenant, "u", "no speaker here"), unit(2)),
+        (
+            record(
+                tenant,
+                "u",
+                text,
+                context={"speaker": "Caroline", "before": "x"},
+                metadata={"importance": 0.85},
+                time={
+                    "created_at": datetime(2023, 5, 8, 13, 56, 0, 123000, tzinfo=UTC),
+                    "valid_from": datetime(2023, 5, 1, tzinfo=UTC),
+                    "valid_to": datetime(2024, 2, 29, 23, 59, 59, 999000, tzinfo=UTC),
+                },
+            ),
+            unit(1),
+        ),
+        (record(tenant, "u", "no speaker here", metadata={"importance": 1}), unit(2)),
         (record(tenant, "u", "for hr", access_control={"allowed_roles": ["hr"]}), unit(3)),
     )
     every = [spoken.id, plain.id, hidden.id, "missing"]
@@ -123,15 +139,24 @@ def test_said_gives_speaker_and_text_within_scope_as_get_would(
         Filter(tenant_id=tenant, user_id="u", reader_roles=frozenset()),
         Filter(tenant_id=tenant, user_id="other"),
     ):
-        expected = {
-            r.id: (r.context.speaker if r.context else None, r.text)
-            for r in store.get(every, scope)
-        }
-        assert store.said(every, scope) == expected
-    said = store.said(every, Filter(tenant_id=tenant, user_id="u"))
-    assert said[spoken.id] == ("Caroline", text) and said[plain.id] == (None, "no speaker here")
-    assert hidden.id not in store.said(every, Filter(tenant_id=tenant, reader_roles=frozenset()))
-    assert store.said([], Filter(tenant_id=tenant)) == {}
+        assert store.heads(every, scope) == heads_of(store.get(every, scope))
+    heads = store.heads(every, Filter(tenant_id=tenant, user_id="u"))
+    assert heads[spoken.id] == Head(
+        "Caroline",
+        text,
+        0.85,
+        datetime(2023, 5, 8, 13, 56, 0, 123000, tzinfo=UTC),
+        datetime(2023, 5, 1, tzinfo=UTC),
+        datetime(2024, 2, 29, 23, 59, 59, 999000, tzinfo=UTC),
+        False,
+    )
+    assert heads[plain.id][:3] == (None, "no speaker here", 1.0) and heads[plain.id][4:6] == (
+        None,
+        None,
+    )
+    assert heads[hidden.id].restricted and not heads[plain.id].restricted
+    assert hidden.id not in store.heads(every, Filter(tenant_id=tenant, reader_roles=frozenset()))
+    assert store.heads([], Filter(tenant_id=tenant)) == {}
 
 
 #: Texts a read must give back exactly: control characters (SQLite's reads join records
@@ -140,7 +165,7 @@ def test_said_gives_speaker_and_text_within_scope_as_get_would(
 ODD_TEXTS = ("a\x1eb\x1fc", "line\u2028sep", 'quote " and \\ back', "😀 ünï")
 
 
-def test_get_and_said_give_back_every_character_as_stored(store: MemoryStore, tenant: str) -> None:
+def test_get_and_heads_give_back_every_character_as_stored(store: MemoryStore, tenant: str) -> None:
     stored = put(
         store,
         *(
@@ -152,7 +177,10 @@ def test_get_and_said_give_back_every_character_as_stored(store: MemoryStore, te
     scope = Filter(tenant_id=tenant, user_id="u")
     assert [r.text for r in store.get(every, scope)] == list(ODD_TEXTS)
     assert store.get(every, scope) == stored
-    assert store.said(every, scope) == {r.id: (f"{r.text} speaker", r.text) for r in stored}
+    assert store.heads(every, scope) == heads_of(stored)
+    assert [store.heads(every, scope)[r.id][:2] for r in stored] == [
+        (f"{text} speaker", text) for text in ODD_TEXTS
+    ]
 
 
 def test_put_is_atomic_when_an_id_already_exists(store: MemoryStore, tenant: str) -> None:
@@ -382,7 +410,7 @@ def test_filters_agree_with_the_reference_semantics(
     ids = [r.id for r in records]
     assert [r.id for r in store.get(ids, scope)] == [i for i in ids if i in expected]
     assert set(store.vectors(ids, scope)) == expected
-    assert set(store.said(ids, scope)) == expected
+    assert set(store.heads(ids, scope)) == expected
 
 
 # -- update, delete, history ------------------------------------------------------------------

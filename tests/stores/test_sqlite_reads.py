@@ -16,7 +16,7 @@ import pytest
 from chatmem import text as textlib
 from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord
 from chatmem.stores import SQLiteStore
-from chatmem.stores.base import SearchQuery
+from chatmem.stores.base import SearchQuery, heads_of
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.schema import FTS_WEIGHTS, fts_table, user_token
 
@@ -95,10 +95,10 @@ def test_reading_many_records_or_what_they_say_is_one_row(
     rows = _counted(store, monkeypatch)
     assert store.get(every, scope) == list(reversed(records))
     assert rows.count == 1
-    said = store.said(every, scope)
-    assert said == {r.id: ("Ana\x1e", r.text) for r in records}
-    assert rows.count == 2
-    assert store.get(["missing"], scope) == [] and store.said(["missing"], scope) == {}
+    assert store.heads(every, scope) == heads_of(records)
+    assert {h.speaker for h in store.heads(every, scope).values()} == {"Ana\x1e"}
+    assert rows.count == 3
+    assert store.get(["missing"], scope) == [] and store.heads(["missing"], scope) == {}
 
 
 def test_a_search_reads_fts5s_matches_a_page_in_one_row(

@@ -12,7 +12,12 @@ export and import (SPEC L2). ``AsyncLongTermMemory`` runs the same code in worke
 from __future__ import annotations
 
 from chatmem.long_term.aio import AsyncLongTermMemory
-from chatmem.long_term.facade import DEFAULT_CONTEXT_WINDOW, EMBEDDING_THREADS, LongTermMemory
+from chatmem.long_term.facade import (
+    DEFAULT_CONTEXT_WINDOW,
+    EMBEDDING_THREADS,
+    LongTermMemory,
+    Shortlisted,
+)
 from chatmem.long_term.inputs import MAX_CONTEXT_CHARS, ROLES, TEXT_PART_TYPES, MessageLike
 from chatmem.long_term.jsonl import EXPORT_FORMAT, UNIT_TOLERANCE, OnConflict
 from chatmem.long_term.message_records import PART_KEY, PART_OF_KEY, PARTS_KEY
@@ -36,6 +41,7 @@ __all__ = [
     "ROLES",
     "SESSION_LOOKBACK",
     "SESSION_TAILS_BYTES",
+    "Shortlisted",
     "TEXT_PART_TYPES",
     "UNIT_TOLERANCE",
     "AsyncLongTermMemory",

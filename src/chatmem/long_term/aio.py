@@ -41,6 +41,8 @@ class AsyncLongTermMemory:
     delete = _threaded(LongTermMemory.delete)
     delete_all = _threaded(LongTermMemory.delete_all)
     search = _threaded(LongTermMemory.search)
+    shortlist = _threaded(LongTermMemory.shortlist)
+    records = _threaded(LongTermMemory.records)
     get = _threaded(LongTermMemory.get)
     list = _threaded(LongTermMemory.list)
     count = _threaded(LongTermMemory.count)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, NamedTuple
 
 import pydantic
 
@@ -41,7 +41,7 @@ from chatmem.records import (
     validation_error,
 )
 from chatmem.stores import MemoryStore, open_store
-from chatmem.stores.base import Change, SearchQuery, Usage, spoken
+from chatmem.stores.base import Change, Head, SearchQuery, Usage
 
 #: How many messages before and after a message give it its context.
 DEFAULT_CONTEXT_WINDOW = 1
@@ -52,6 +52,17 @@ DEFAULT_CONTEXT_WINDOW = 1
 REPEATS_READ = 4
 #: Threads that embed search queries while stores read (searches of several threads at once).
 EMBEDDING_THREADS = 4
+
+
+class Shortlisted(NamedTuple):
+    """A memory ``LongTermMemory.shortlist`` found: its id, scores as ``SearchResult`` has
+    them, and its ``Head`` in place of its record."""
+
+    id: str
+    score: float
+    vector_score: float | None
+    keyword_score: float | None
+    head: Head
 
 
 class LongTermMemory:
@@ -264,11 +275,90 @@ class LongTermMemory:
         ``known_at``: as of then): what is true now comes first, and what was true before
         stays answerable (SPEC X3).
         """
+        ranked, scope, current_only, _ = self._ranked(
+            query, user_id, tenant_id, k, threshold, filter, include_superseded
+        )
+        records: dict[str, MemoryRecord] = {}
+
+        def read(ids: list[str]) -> dict[str, Head]:
+            records.update((r.id, r) for r in self.store.get(ids, scope))
+            return {i: Head.of(records[i]) for i in ids if i in records}
+
+        chosen = self._chosen(ranked, scope, k, current_only, read)
+        return [
+            SearchResult(
+                record=records[s.id],
+                score=s.score,
+                vector_score=s.vector_score,
+                keyword_score=s.keyword_score,
+            )
+            for s, _ in chosen
+        ]
+
+    def shortlist(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        tenant_id: str = "default",
+        k: int = 5,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+        include_superseded: bool = False,
+    ) -> list[Shortlisted]:
+        """What ``search`` finds, in its order, with each memory's ``Head`` (speaker, text,
+        importance, times) in place of its record: for a caller that reranks many and
+        shows few (``chatmem.retrieval.search`` reads 4 x k) and reads whole only the
+        records it keeps (``records``). No record is parsed: through the proxy under 16
+        clients, parsing the records reranked was the largest single cost of the
+        interpreter lock (docs/benchmarks.md, "A rerank that reads what it ranks by")."""
+        ranked, scope, current_only, heads = self._ranked(
+            query, user_id, tenant_id, k, threshold, filter, include_superseded
+        )
+
+        def read(ids: list[str]) -> dict[str, Head]:
+            missing = [i for i in ids if i not in heads]
+            if missing:
+                heads.update(self.store.heads(missing, scope))
+            return {i: heads[i] for i in ids if i in heads}
+
+        chosen = self._chosen(ranked, scope, k, current_only, read)
+        return [Shortlisted(*s, head) for s, head in chosen]
+
+    def records(
+        self,
+        ids: Sequence[str],
+        *,
+        user_id: str,
+        tenant_id: str = "default",
+        filter: Filter | None = None,
+    ) -> dict[str, MemoryRecord]:
+        """The records of ``ids`` that are still there and within ``filter`` (as
+        ``search`` scopes it), by id: those a ``shortlist`` kept."""
+        scope = self._search_scope(user_id, tenant_id, filter)
+        return {r.id: r for r in self.store.get(ids, scope)}
+
+    def _search_scope(self, user_id: str, tenant_id: str, filter: Filter | None) -> Filter:
+        base = filter.model_dump(exclude_none=True) if filter else {}
+        return Filter.checked({**base, "tenant_id": tenant_id, "user_id": user_id}, "filter")
+
+    def _ranked(
+        self,
+        query: str,
+        user_id: str,
+        tenant_id: str,
+        k: int,
+        threshold: float | None,
+        filter: Filter | None,
+        include_superseded: bool,
+    ) -> tuple[list[ranking.Scored], Filter, bool, dict[str, Head]]:
+        """The store's candidates for ``query``, fused and favoured, best first; the
+        search's scope; whether only current facts count (see ``search``); the heads that
+        favouring read."""
         if not query or not query.strip():
             raise ValidationError("query is empty", field="query")
         check_count(k, "k")
-        base = filter.model_dump(exclude_none=True) if filter else {}
-        scope = Filter.checked({**base, "tenant_id": tenant_id, "user_id": user_id}, "filter")
+        scope = self._search_scope(user_id, tenant_id, filter)
         # Who the query names: capitalised words, and known speakers' names in any case.
         speakers = self._speakers.named(tenant_id, user_id, query)
         names = ranking.named(query) | frozenset(speakers)
@@ -287,8 +377,8 @@ class LongTermMemory:
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
         ranked = ranking.select(ranking.fuse(candidates, self.ranking), len(candidates), threshold)
-        ranked, read = self._favour(ranked, query, names, scope, k)
-        return self._read(ranked, scope, k, current_only, read)
+        favoured, heads = self._favour(ranked, query, names, scope, k)
+        return favoured, scope, current_only, heads
 
     def _embed_queries(self, texts: Sequence[str]) -> list[Vector]:
         return embed_queries(self.embedder, texts)
@@ -300,14 +390,14 @@ class LongTermMemory:
         names: frozenset[str],
         scope: Filter,
         k: int,
-    ) -> tuple[list[ranking.Scored], dict[str, MemoryRecord]]:
+    ) -> tuple[list[ranking.Scored], dict[str, Head]]:
         """``ranked`` with its first ``SPEAKER_READ`` (k where k is more) reordered
         (``ranking.favour``) when the query names someone (``names``: ``speaker_bonus`` to
         what they said) or asks about time (``ranking.asks_when``: ``time_bonus`` to what
-        says when), their speakers and texts read to tell (``MemoryStore.said``). None are
+        says when), their speakers and texts read to tell (``MemoryStore.heads``). None are
         read otherwise, unless this process knows nothing of the user yet: then the first
-        search reads the records, returned for ``_read``, to learn the user's speakers, so
-        that a name written in lower case ("caroline") counts from the start."""
+        search reads them to learn the user's speakers, so that a name written in lower case
+        ("caroline") counts from the start. The heads read are returned with it."""
         tenant, user = scope.tenant_id, scope.require_user()
         config = self.ranking
         first = config.speaker_bonus > 0 and not self._speakers.knows(tenant, user)
@@ -316,37 +406,33 @@ class LongTermMemory:
         if not ranked or not (named or when or first):
             return ranked, {}
         head = ranked[: max(k, ranking.SPEAKER_READ)]
-        ids = [s.id for s in head]
-        read: dict[str, MemoryRecord] = {}
+        heads = self.store.heads([s.id for s in head], scope)
         if first:
-            read = {r.id: r for r in self.store.get(ids, scope)}
-            self._speakers.saw(read.values())
+            self._speakers.heard(tenant, user, heads.values())
             names |= frozenset(self._speakers.named(tenant, user, query))
-            said = spoken(read.values())
-        else:  # the two fields alone: no record parsed for what ranks below the first k
-            said = self.store.said(ids, scope)
+        said = {i: (h.speaker, h.text) for i, h in heads.items()}
         extra = ranking.bonuses(said, names, when, config)
-        return ranking.favour(head, extra) + ranked[len(head) :], read
+        return ranking.favour(head, extra) + ranked[len(head) :], heads
 
-    def _read(
+    def _chosen(
         self,
         ranked: list[ranking.Scored],
         scope: Filter,
         k: int,
         current_only: bool,
-        read: dict[str, MemoryRecord],
-    ) -> list[SearchResult]:
-        """The first ``k`` of ``ranked`` as results. Only the records returned are read (or
-        were, in ``read``): k of them, and more only for those a superseded fact (rare), a
-        concurrent delete or a repeat of one above them (``RankingConfig.repeats_last``)
-        left out; repeats come last, and only where too few others passed. Past
-        ``REPEATS_READ`` times k records read, repeats fill the places left: a user holding
-        the same remark many times made a search read and parse 10 times the records it
-        returned (issue 14)."""
+        read: Callable[[list[str]], Mapping[str, Head]],
+    ) -> list[tuple[ranking.Scored, Head]]:
+        """The first ``k`` of ``ranked`` with their heads, ``read`` for those read at all:
+        k of them, and more only for those a superseded fact (rare), a concurrent delete or
+        a repeat of one above them (``RankingConfig.repeats_last``) left out; repeats come
+        last, and only where too few others passed. Past ``REPEATS_READ`` times k read,
+        repeats fill the places left: a user holding the same remark many times made a
+        search read and parse 10 times the records it returned (issue 14)."""
         now = utcnow()
-        results: list[SearchResult] = []
-        repeated: list[SearchResult] = []
+        results: list[tuple[ranking.Scored, Head]] = []
+        repeated: list[tuple[ranking.Scored, Head]] = []
         repeats = ranking.Repeats() if self.ranking.repeats_last else None
+        seen: dict[str, Head] = {}
         start = 0
         while len(results) < k and start < len(ranked):
             if repeats is not None and start >= REPEATS_READ * k:
@@ -357,22 +443,14 @@ class LongTermMemory:
             end = start + k - len(results)
             batch = ranked[start : end if repeats is None else min(end, REPEATS_READ * k)]
             start += len(batch)
-            unread = [s.id for s in batch if s.id not in read]
-            if unread:
-                read.update((r.id, r) for r in self.store.get(unread, scope))
+            seen.update(read([s.id for s in batch]))
             for s in batch:
-                record = read.get(s.id)
-                if record is None or (current_only and _superseded(record, now)):
+                head = seen.get(s.id)
+                if head is None or (current_only and _superseded(head, now)):
                     continue
-                found = SearchResult(
-                    record=record,
-                    score=s.score,
-                    vector_score=s.vector_score,
-                    keyword_score=s.keyword_score,
-                )
-                repeat = repeats is not None and repeats.seen(record)
-                (repeated if repeat else results).append(found)
-        self._speakers.saw(read.values())
+                repeat = repeats is not None and repeats.heard(head.speaker, head.text)
+                (repeated if repeat else results).append((s, head))
+        self._speakers.heard(scope.tenant_id, scope.require_user(), seen.values())
         return results + repeated[: k - len(results)]
 
     def get(
@@ -515,5 +593,5 @@ def _ttl(expires_at: datetime | Literal["never"] | None) -> dict[str, datetime |
     return {"expires_at": None if expires_at == "never" else expires_at}
 
 
-def _superseded(record: MemoryRecord, now: datetime) -> bool:
-    return record.time.valid_to is not None and record.time.valid_to <= now
+def _superseded(head: Head, now: datetime) -> bool:
+    return head.valid_to is not None and head.valid_to <= now

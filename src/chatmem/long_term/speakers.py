@@ -26,6 +26,7 @@ import numpy as np
 from chatmem.caches import LRUCache, MiB
 from chatmem.ranking import NAME_WORD, name_words
 from chatmem.records import MemoryRecord, Vector
+from chatmem.stores.base import Head
 from chatmem.text import STOP_WORDS
 
 #: Bytes of speakers' names kept, for all users together.
@@ -47,19 +48,30 @@ class Speakers:
 
     def saw(self, records: Iterable[MemoryRecord]) -> None:
         """Remember the speakers of ``records``, each under its own tenant and user (a user
-        whose records name no speaker is remembered too, with none). A restricted memory's
-        speaker is not learned: the book is shared by every reader of the user, and what a
-        reader may not see must not change how their query is embedded or ranked."""
-        said: dict[_User, set[str]] = {}
+        whose records name no speaker is remembered too, with none)."""
+        users: dict[_User, list[Head]] = {}
         for r in records:
-            names = said.setdefault((r.tenant_id, r.user_id), set())
-            if r.context and r.context.speaker and not r.access_control.allowed_roles:
-                names.add(r.context.speaker)
-        for key, names in said.items():
-            with self._lock:
-                known = self._names.get(key)
-                if known is None or not names <= known:
-                    self._names.put(key, (known or frozenset()) | names)
+            users.setdefault((r.tenant_id, r.user_id), []).append(Head.of(r))
+        for (tenant_id, user_id), heads in users.items():
+            self.heard(tenant_id, user_id, heads)
+
+    def heard(self, tenant_id: str, user_id: str, heads: Iterable[Head]) -> None:
+        """Remember the speakers of the user's memories of ``heads`` (none: nothing is
+        learned). A restricted memory's speaker is not learned: the book is shared by every
+        reader of the user, and what a reader may not see must not change how their query is
+        embedded or ranked."""
+        names: set[str] | None = None
+        for head in heads:
+            names = set() if names is None else names
+            if head.speaker and not head.restricted:
+                names.add(head.speaker)
+        if names is None:
+            return
+        key = (tenant_id, user_id)
+        with self._lock:
+            known = self._names.get(key)
+            if known is None or not names <= known:
+                self._names.put(key, (known or frozenset()) | names)
 
     def knows(self, tenant_id: str, user_id: str) -> bool:
         """Whether any memory of the user was seen (and still remembered)."""

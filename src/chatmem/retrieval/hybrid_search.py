@@ -8,17 +8,18 @@ from collections.abc import Collection
 from datetime import datetime
 
 from chatmem.errors import ValidationError
-from chatmem.long_term import LongTermMemory
+from chatmem.long_term import LongTermMemory, Shortlisted
 from chatmem.ranking import Repeats
 from chatmem.records import Filter, MemoryType, utcnow
 from chatmem.retrieval.query import Query
 from chatmem.retrieval.reranking import (
     DEFAULT_WEIGHTS,
     RELEVANCE_REFERENCE,
+    Ranked,
     RerankWeights,
     RetrievedMemory,
     mark_updated,
-    rank,
+    scored_order,
     superseded_at,
 )
 
@@ -62,7 +63,10 @@ def search(
     check_search(k, threshold)
     moment = now or utcnow()
     narrow = _narrowing(types, project_id, session_id, since, until, roles)
-    found = long_term.search(
+    # The candidates come with what the rerank needs (``Head``), and only the k kept are
+    # read whole: parsing all 4 x k records was the largest single cost of the interpreter
+    # lock under load (docs/benchmarks.md, "A rerank that reads what it ranks by").
+    found = long_term.shortlist(
         query.text if isinstance(query, Query) else query,
         user_id=user_id,
         tenant_id=tenant_id,
@@ -76,11 +80,50 @@ def search(
         include_superseded=True,
     )
     if not include_superseded:
-        found = [r for r in found if superseded_at(r.record, moment) is None]
-    ranked = rank(found, threshold=threshold, weights=weights, now=moment)
+        found = [m for m in found if m.head.valid_to is None or m.head.valid_to > moment]
+    scope = (user_id, tenant_id, narrow)
+    return _reranked(long_term, found, scope, k, threshold, weights, moment)
+
+
+def _reranked(
+    long_term: LongTermMemory,
+    found: list[Shortlisted],
+    scope: tuple[str, str, Filter],
+    k: int,
+    threshold: float,
+    weights: RerankWeights,
+    moment: datetime,
+) -> list[RetrievedMemory]:
+    """The best ``k`` of ``found`` by the rerank, from their heads, repeats last, then
+    read whole (``scope``: the user, tenant and filter they were found in)."""
+    order = scored_order(
+        [m.score for m in found],
+        [m.head for m in found],
+        [m.id for m in found],
+        threshold=threshold,
+        weights=weights,
+        now=moment,
+    )
     if long_term.ranking.repeats_last:
-        ranked = _repeats_last(ranked, k)
-    return mark_updated(ranked[:k], moment)
+        order = _repeats_last(order, found, k)
+    kept = [(found[r.position], r) for r in order[:k]]
+    user_id, tenant_id, narrow = scope
+    records = long_term.records(
+        [m.id for m, _ in kept], user_id=user_id, tenant_id=tenant_id, filter=narrow
+    )
+    chosen = [
+        RetrievedMemory(
+            records[m.id],
+            r.score,
+            r.relevance,
+            r.recency,
+            m.score,
+            superseded_at(records[m.id], moment),
+        )
+        for m, r in kept
+        if m.id in records  # gone since the shortlist: a concurrent delete
+    ]
+    return mark_updated(chosen, moment)
 
 
 def _narrowing(
@@ -105,16 +148,17 @@ def _narrowing(
     )
 
 
-def _repeats_last(ranked: list[RetrievedMemory], k: int) -> list[RetrievedMemory]:
-    """``ranked`` with its first ``k`` that repeat none above them (``Repeats``) first, then
-    the repeats passed on the way; what follows is not read."""
+def _repeats_last(order: list[Ranked], found: list[Shortlisted], k: int) -> list[Ranked]:
+    """``order`` with its first ``k`` that repeat none above them (``Repeats``) first, then
+    the repeats passed on the way; what follows is not looked at."""
     repeats = Repeats()
-    kept: list[RetrievedMemory] = []
-    aside: list[RetrievedMemory] = []
-    for n, memory in enumerate(ranked):
+    kept: list[Ranked] = []
+    aside: list[Ranked] = []
+    for n, ranked in enumerate(order):
         if len(kept) == k:
-            return kept + aside + ranked[n:]
-        (aside if repeats.seen(memory.record) else kept).append(memory)
+            return kept + aside + order[n:]
+        head = found[ranked.position].head
+        (aside if repeats.heard(head.speaker, head.text) else kept).append(ranked)
     return kept + aside
 
 

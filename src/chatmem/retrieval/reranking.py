@@ -34,9 +34,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import NamedTuple
 
 from chatmem.errors import ValidationError
 from chatmem.records import MemoryRecord, RelationType, SearchResult
+from chatmem.stores.base import Head
 
 #: The fused score of a "good" match: relevance is measured against it when the search
 #: found nothing better (see the module docstring).
@@ -100,9 +102,52 @@ def relevance_scores(fused: Sequence[float], reference: float = RELEVANCE_REFERE
 def recency_score(record: MemoryRecord, now: datetime, half_life_days: float) -> float:
     """``0.5 ** (age / half-life)``, age from ``valid_from`` (else ``created_at``); a
     memory that starts in the future counts as new."""
-    anchor = record.time.valid_from or record.time.created_at
+    return _recency(record.time.valid_from or record.time.created_at, now, half_life_days)
+
+
+def _recency(anchor: datetime, now: datetime, half_life_days: float) -> float:
     age_days = max((now - anchor).total_seconds(), 0.0) / 86_400.0
     return float(0.5 ** (age_days / half_life_days))
+
+
+class Ranked(NamedTuple):
+    """Where one memory stands in ``scored_order``: its position in the lists given, and
+    the parts of its score."""
+
+    position: int
+    score: float
+    relevance: float
+    recency: float
+
+
+def scored_order(
+    fused: Sequence[float],
+    heads: Sequence[Head],
+    ids: Sequence[str],
+    *,
+    threshold: float,
+    weights: RerankWeights,
+    now: datetime,
+    reference: float = RELEVANCE_REFERENCE,
+) -> list[Ranked]:
+    """The memories (their ``fused`` scores, ``heads`` and ``ids``, in one order) whose
+    relevance is at least ``threshold``, best final score first (ties by id): what ``rank``
+    computes, from the fields a store reads without parsing records
+    (``MemoryStore.heads``)."""
+    relevance = relevance_scores(fused, reference)
+    out = []
+    for index, (head, rel) in enumerate(zip(heads, relevance, strict=True)):
+        if rel < threshold:
+            continue
+        recency = _recency(head.valid_from or head.created_at, now, weights.half_life_days)
+        score = (
+            weights.relevance * rel
+            + weights.recency * recency
+            + weights.importance * head.importance
+        )
+        out.append(Ranked(index, score, rel, recency))
+    out.sort(key=lambda r: (-r.score, ids[r.position]))
+    return out
 
 
 def superseded_at(record: MemoryRecord, now: datetime) -> datetime | None:
@@ -136,23 +181,26 @@ def rank(
 ) -> list[RetrievedMemory]:
     """Every one of ``found`` whose relevance is at least ``threshold``, best final score
     first (ties by id); ``rerank`` without the cut to ``k`` and the ``updates`` marks."""
-    relevance = relevance_scores([r.score for r in found], reference)
-    ranked = []
-    for result, rel in zip(found, relevance, strict=True):
-        if rel < threshold:
-            continue
-        record = result.record
-        recency = recency_score(record, now, weights.half_life_days)
-        score = (
-            weights.relevance * rel
-            + weights.recency * recency
-            + weights.importance * record.metadata.importance
+    parts = scored_order(
+        [r.score for r in found],
+        [Head.of(r.record) for r in found],
+        [r.record.id for r in found],
+        threshold=threshold,
+        weights=weights,
+        now=now,
+        reference=reference,
+    )
+    return [
+        RetrievedMemory(
+            found[p.position].record,
+            p.score,
+            p.relevance,
+            p.recency,
+            found[p.position].score,
+            superseded_at(found[p.position].record, now),
         )
-        ranked.append(
-            RetrievedMemory(record, score, rel, recency, result.score, superseded_at(record, now))
-        )
-    ranked.sort(key=lambda m: (-m.score, m.record.id))
-    return ranked
+        for p in parts
+    ]
 
 
 def mark_updated(memories: Sequence[RetrievedMemory], now: datetime) -> list[RetrievedMemory]:

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 import numpy as np
 
@@ -174,9 +175,38 @@ def read_cursor(cursor: str) -> tuple[int, int]:
     return cursor_ms(int(matched.group(1))), sequence
 
 
-def spoken(records: Iterable[MemoryRecord]) -> dict[str, tuple[str | None, str]]:
-    """Who said each of ``records`` and what, by id, as ``MemoryStore.said`` gives them."""
-    return {r.id: (r.context.speaker if r.context else None, r.text) for r in records}
+class Head(NamedTuple):
+    """What a search ranks a record by, read without parsing the whole record
+    (``MemoryStore.heads``): who said it and its text (speaker bonuses, repeats), its
+    importance and times (the rerank's recency and importance, and whether it is
+    superseded), and whether roles restrict it (a restricted memory's speaker is never
+    learned: ``chatmem.long_term.speakers``)."""
+
+    speaker: str | None
+    text: str
+    importance: float
+    created_at: datetime
+    valid_from: datetime | None
+    valid_to: datetime | None
+    restricted: bool
+
+    @classmethod
+    def of(cls, record: MemoryRecord) -> Head:
+        """The head of a whole record."""
+        return cls(
+            record.context.speaker if record.context else None,
+            record.text,
+            record.metadata.importance,
+            record.time.created_at,
+            record.time.valid_from,
+            record.time.valid_to,
+            bool(record.access_control.allowed_roles),
+        )
+
+
+def heads_of(records: Iterable[MemoryRecord]) -> dict[str, Head]:
+    """The head of each of ``records``, by id, as ``MemoryStore.heads`` gives them."""
+    return {r.id: Head.of(r) for r in records}
 
 
 class MemoryStore(ABC):
@@ -224,12 +254,12 @@ class MemoryStore(ABC):
     def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
         """The records with these ids that match ``scope``, in the order of ``ids``."""
 
-    def said(self, ids: Sequence[str], scope: Filter) -> dict[str, tuple[str | None, str]]:
-        """Who said each record of these ids that matches ``scope``, and what: its
-        ``context.speaker`` (None where none is recorded) and its text, for ranking
-        (``ranking.bonuses``). Here through ``get``; a store that can read the two fields
-        without parsing whole records does (the SQL stores)."""
-        return spoken(self.get(ids, scope))
+    def heads(self, ids: Sequence[str], scope: Filter) -> dict[str, Head]:
+        """The ``Head`` of each record of these ids that matches ``scope``: what a search
+        ranks by (speaker, text, importance, times), so that only the records it returns are
+        parsed whole. Here through ``get``; a store that can read these fields without
+        parsing whole records does (the SQL stores)."""
+        return heads_of(self.get(ids, scope))
 
     @abstractmethod
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from chatmem.records import Filter, HistoryEntry, HistoryEvent, MemoryRecord, Page
-from chatmem.stores.base import write_cursor
+from chatmem.stores.base import Head, write_cursor
 
 At = TypeVar("At")
 
@@ -30,6 +30,40 @@ HISTORY_COLUMNS = "memory_id, tenant_id, user_id, version, event, old, new, reas
 def record_of(body: str) -> MemoryRecord:
     """The record a row's JSON ``body`` holds."""
     return MemoryRecord.stored(body)
+
+
+#: Where in a record's JSON body each field of a ``Head`` is, in the order of ``head_of``.
+HEAD_PATHS = (
+    ("context", "speaker"),
+    ("content", "raw"),
+    ("metadata", "importance"),
+    ("time", "created_at"),
+    ("time", "valid_from"),
+    ("time", "valid_to"),
+    ("access_control", "allowed_roles"),
+)
+
+
+def head_of(
+    speaker: str | None,
+    text: str,
+    importance: float | str,
+    created_at: str,
+    valid_from: str | None,
+    valid_to: str | None,
+    roles: Sequence[str] | None,
+) -> Head:
+    """The ``Head`` of the values at ``HEAD_PATHS`` of a body the store wrote (times as
+    JSON writes them, ISO 8601 in UTC; importance a number, or its text)."""
+    return Head(
+        speaker,
+        text,
+        float(importance),
+        datetime.fromisoformat(created_at),
+        datetime.fromisoformat(valid_from) if valid_from else None,
+        datetime.fromisoformat(valid_to) if valid_to else None,
+        bool(roles),
+    )
 
 
 def columns(record: MemoryRecord, moment: Callable[[datetime], Any]) -> tuple[Any, ...]:

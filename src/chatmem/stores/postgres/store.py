@@ -32,6 +32,7 @@ from chatmem.stores.base import (
     COMPLETED_SHARE,
     Capabilities,
     Change,
+    Head,
     MemoryStore,
     SearchQuery,
     Usage,
@@ -44,7 +45,9 @@ from chatmem.stores.postgres.schema import MIGRATIONS, ensure_pgvector, index_ve
 from chatmem.stores.postgres.words import WordCounts
 from chatmem.stores.postgres_db import SCHEMA_NAME, Connection, PostgresDatabase
 from chatmem.stores.sql_rows import (
+    HEAD_PATHS,
     HISTORY_READ,
+    head_of,
     history_entry,
     history_where,
     page,
@@ -222,18 +225,20 @@ class PostgresStore(MemoryStore):
             found = {record.id: record for record in (record_of(body) for (body,) in rows)}
         return [found[i] for i in ids if i in found]
 
-    def said(self, ids: Sequence[str], scope: Filter) -> dict[str, tuple[str | None, str]]:
+    def heads(self, ids: Sequence[str], scope: Filter) -> dict[str, Head]:
         if not ids:
             return {}
         conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
+        fields = ", ".join(f"b.body #>> '{{{','.join(path)}}}'" for path in HEAD_PATHS[:-1])
+        roles = f"b.body #> '{{{','.join(HEAD_PATHS[-1])}}}'"
         with self._transaction() as conn:
             rows = conn.execute(
-                "SELECT m.id, m.body::jsonb -> 'context' ->> 'speaker',"
-                f" m.body::jsonb -> 'content' ->> 'raw' FROM {self._memories} AS m"
+                f"SELECT m.id, {fields}, {roles} FROM {self._memories} AS m"
+                " CROSS JOIN LATERAL (SELECT m.body::jsonb AS body) AS b"
                 f" WHERE {conditions}",
                 params,
             ).fetchall()
-        return {memory_id: (speaker, text) for memory_id, speaker, text in rows}
+        return {memory_id: head_of(*values) for memory_id, *values in rows}
 
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
         if not ids:

@@ -23,9 +23,19 @@ from chatmem.records import (
     check_count,
     from_ms,
 )
-from chatmem.stores.base import Capabilities, Change, MemoryStore, SearchQuery, Usage, read_cursor
+from chatmem.stores.base import (
+    Capabilities,
+    Change,
+    Head,
+    MemoryStore,
+    SearchQuery,
+    Usage,
+    read_cursor,
+)
 from chatmem.stores.sql_rows import (
+    HEAD_PATHS,
     HISTORY_READ,
+    head_of,
     history_entry,
     history_where,
     page,
@@ -173,18 +183,18 @@ class SQLiteStore(MemoryStore):
         found = {record.id: record for record in map(record_of, bodies)}
         return [found[i] for i in ids if i in found]
 
-    def said(self, ids: Sequence[str], scope: Filter) -> dict[str, tuple[str | None, str]]:
+    def heads(self, ids: Sequence[str], scope: Filter) -> dict[str, Head]:
         if not ids:
             return {}
         conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
-        with self._file.read() as conn:
+        fields = ", ".join(f"json_extract(m.body, '$.{'.'.join(path)}')" for path in HEAD_PATHS)
+        with self._file.read() as conn:  # one row, as ``get`` reads (BODY_SEPARATOR)
             (joined,) = conn.execute(
-                "SELECT json_group_array(json_array(m.id,"
-                " json_extract(m.body, '$.context.speaker'),"
-                f" json_extract(m.body, '$.content.raw'))) FROM memories AS m WHERE {conditions}",
+                f"SELECT json_group_array(json_array(m.id, {fields}))"
+                f" FROM memories AS m WHERE {conditions}",
                 params,
             ).fetchone()
-        return {memory_id: (speaker, text) for memory_id, speaker, text in json.loads(joined)}
+        return {memory_id: head_of(*values) for memory_id, *values in json.loads(joined)}
 
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
         if not ids:
