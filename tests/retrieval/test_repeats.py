@@ -115,7 +115,7 @@ def test_a_search_reads_at_most_repeats_read_times_k_records_to_set_repeats_asid
     """Forty copies of one remark above two other memories: a k = 3 search reads
     ``REPEATS_READ`` x k records (12), not all forty, and fills its places with the repeats
     it passed, after the others."""
-    from chatmem.long_term.facade import REPEATS_READ
+    from chatmem.long_term.choosing import REPEATS_READ
 
     store = SQLiteStore(tmp_path / "copies.db")
     read: list[int] = []

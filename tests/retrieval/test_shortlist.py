@@ -12,7 +12,7 @@ import pytest
 
 from chatmem import LongTermMemory
 from chatmem.embeddings import LocalEmbedder
-from chatmem.ranking import Repeats
+from chatmem.ranking import SPEAKER_READ, Repeats
 from chatmem.records import Filter, MemoryRecord, MemoryType
 from chatmem.retrieval.hybrid_search import CANDIDATE_FACTOR, search
 from chatmem.retrieval.reranking import (
@@ -185,3 +185,20 @@ def test_only_the_records_kept_are_read_whole(garden: Path, embedder: LocalEmbed
     # one read of whole records: the two returned.
     assert sum(len(ids) for ids in store.asked_heads) >= 2 * CANDIDATE_FACTOR
     assert store.asked == [[m.record.id for m in found]]
+
+
+def test_a_search_whose_results_hold_the_whole_head_reads_it_once_whole(
+    garden: Path, embedder: LocalEmbedder
+) -> None:
+    """With k of at least ``SPEAKER_READ``, the head favouring reads is the results' own:
+    it is read whole once, not as heads and then again as records."""
+    store = CountingStore(garden)
+    with LongTermMemory(store, embedder) as memory:
+        # A fresh process favours its first search of the user: it learns the speakers.
+        found = memory.search("what grows in my garden?", user_id="u", k=SPEAKER_READ)
+    assert len(found) == SPEAKER_READ
+    assert store.asked_heads == []
+    # The head first, whole; then only what repeats and a superseded fact left to fill.
+    assert len(store.asked[0]) == SPEAKER_READ
+    read = [memory_id for ids in store.asked for memory_id in ids]
+    assert len(read) == len(set(read)) and {r.record.id for r in found} <= set(read)

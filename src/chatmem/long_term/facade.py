@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import IO, Any, Literal, NamedTuple
+from functools import partial
+from typing import IO, Any, Literal
 
 import pydantic
 
@@ -19,6 +20,7 @@ from chatmem import text as textlib
 from chatmem.embeddings import Embedder, LocalEmbedder, embed_queries
 from chatmem.errors import NotFoundError, ValidationError
 from chatmem.long_term import jsonl
+from chatmem.long_term.choosing import Reader, Shortlisted, chosen
 from chatmem.long_term.inputs import MessageLike, heard_messages, message_items
 from chatmem.long_term.jsonl import OnConflict
 from chatmem.long_term.message_records import AddOptions, call_records, expiring
@@ -45,24 +47,8 @@ from chatmem.stores.base import Change, Head, SearchQuery, Usage
 
 #: How many messages before and after a message give it its context.
 DEFAULT_CONTEXT_WINDOW = 1
-#: A search reads at most this many times k records to find k that repeat none above
-#: them (``LongTermMemory._read``); then repeats fill the places left. At 2 the synthetic
-#: check's full size lost single-fact recall (0.729 to 0.708: its small talk repeats word
-#: for word); 4 gives it back (docs/benchmarks.md, "Who said it (issue 18)").
-REPEATS_READ = 4
 #: Threads that embed search queries while stores read (searches of several threads at once).
 EMBEDDING_THREADS = 4
-
-
-class Shortlisted(NamedTuple):
-    """A memory ``LongTermMemory.shortlist`` found: its id, scores as ``SearchResult`` has
-    them, and its ``Head`` in place of its record."""
-
-    id: str
-    score: float
-    vector_score: float | None
-    keyword_score: float | None
-    head: Head
 
 
 class LongTermMemory:
@@ -275,15 +261,20 @@ class LongTermMemory:
         ``known_at``: as of then): what is true now comes first, and what was true before
         stays answerable (SPEC X3).
         """
-        ranked, scope, current_only, _ = self._ranked(
-            query, user_id, tenant_id, k, threshold, filter, include_superseded
-        )
+        scope = self._search_scope(user_id, tenant_id, filter)
         records: dict[str, MemoryRecord] = {}
 
         def read(ids: list[str]) -> dict[str, Head]:
-            records.update((r.id, r) for r in self.store.get(ids, scope))
+            missing = [i for i in ids if i not in records]
+            if missing:
+                records.update((r.id, r) for r in self.store.get(missing, scope))
             return {i: Head.of(records[i]) for i in ids if i in records}
 
+        # The head that favouring reads is read whole when the results will hold it all
+        # (k of at least ``SPEAKER_READ``): 50 memories of 1-3K characters cost 0.9 ms to
+        # read as heads, then again as records.
+        peek = read if k >= ranking.SPEAKER_READ else partial(self.store.heads, scope=scope)
+        ranked, current_only = self._ranked(query, scope, k, threshold, include_superseded, peek)
         chosen = self._chosen(ranked, scope, k, current_only, read)
         return [
             SearchResult(
@@ -312,9 +303,8 @@ class LongTermMemory:
         records it keeps (``records``). No record is parsed: through the proxy under 16
         clients, parsing the records reranked was the largest single cost of the
         interpreter lock (docs/benchmarks.md, "A rerank that reads what it ranks by")."""
-        ranked, scope, current_only, heads = self._ranked(
-            query, user_id, tenant_id, k, threshold, filter, include_superseded
-        )
+        scope = self._search_scope(user_id, tenant_id, filter)
+        heads: dict[str, Head] = {}
 
         def read(ids: list[str]) -> dict[str, Head]:
             missing = [i for i in ids if i not in heads]
@@ -322,6 +312,7 @@ class LongTermMemory:
                 heads.update(self.store.heads(missing, scope))
             return {i: heads[i] for i in ids if i in heads}
 
+        ranked, current_only = self._ranked(query, scope, k, threshold, include_superseded, read)
         chosen = self._chosen(ranked, scope, k, current_only, read)
         return [Shortlisted(*s, head) for s, head in chosen]
 
@@ -345,20 +336,19 @@ class LongTermMemory:
     def _ranked(
         self,
         query: str,
-        user_id: str,
-        tenant_id: str,
+        scope: Filter,
         k: int,
         threshold: float | None,
-        filter: Filter | None,
         include_superseded: bool,
-    ) -> tuple[list[ranking.Scored], Filter, bool, dict[str, Head]]:
-        """The store's candidates for ``query``, fused and favoured, best first; the
-        search's scope; whether only current facts count (see ``search``); the heads that
-        favouring read."""
+        read: Reader,
+    ) -> tuple[list[ranking.Scored], bool]:
+        """The store's candidates for ``query`` within ``scope`` (a user's), fused and
+        favoured (``read`` gives the heads favouring reads), best first; and whether only
+        current facts count (see ``search``)."""
         if not query or not query.strip():
             raise ValidationError("query is empty", field="query")
         check_count(k, "k")
-        scope = self._search_scope(user_id, tenant_id, filter)
+        tenant_id, user_id = scope.tenant_id, scope.require_user()
         # Who the query names: capitalised words, and known speakers' names in any case.
         speakers = self._speakers.named(tenant_id, user_id, query)
         names = ranking.named(query) | frozenset(speakers)
@@ -377,8 +367,26 @@ class LongTermMemory:
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
         ranked = ranking.select(ranking.fuse(candidates, self.ranking), len(candidates), threshold)
-        favoured, heads = self._favour(ranked, query, names, scope, k)
-        return favoured, scope, current_only, heads
+        return self._favour(ranked, query, names, scope, k, read), current_only
+
+    def _chosen(
+        self,
+        ranked: list[ranking.Scored],
+        scope: Filter,
+        k: int,
+        current_only: bool,
+        read: Reader,
+    ) -> list[tuple[ranking.Scored, Head]]:
+        """``choosing.chosen``, the speakers of every memory read learned on the way."""
+        picked, seen = chosen(
+            ranked,
+            k,
+            current_only=current_only,
+            repeats_last=self.ranking.repeats_last,
+            read=read,
+        )
+        self._speakers.heard(scope.tenant_id, scope.require_user(), seen.values())
+        return picked
 
     def _embed_queries(self, texts: Sequence[str]) -> list[Vector]:
         return embed_queries(self.embedder, texts)
@@ -390,68 +398,30 @@ class LongTermMemory:
         names: frozenset[str],
         scope: Filter,
         k: int,
-    ) -> tuple[list[ranking.Scored], dict[str, Head]]:
+        read: Reader,
+    ) -> list[ranking.Scored]:
         """``ranked`` with its first ``SPEAKER_READ`` (k where k is more) reordered
         (``ranking.favour``) when the query names someone (``names``: ``speaker_bonus`` to
         what they said) or asks about time (``ranking.asks_when``: ``time_bonus`` to what
-        says when), their speakers and texts read to tell (``MemoryStore.heads``). None are
+        says when), their speakers and texts read to tell (``read``: their heads). None are
         read otherwise, unless this process knows nothing of the user yet: then the first
         search reads them to learn the user's speakers, so that a name written in lower case
-        ("caroline") counts from the start. The heads read are returned with it."""
+        ("caroline") counts from the start."""
         tenant, user = scope.tenant_id, scope.require_user()
         config = self.ranking
         first = config.speaker_bonus > 0 and not self._speakers.knows(tenant, user)
         named = config.speaker_bonus > 0 and bool(names)
         when = config.time_bonus > 0 and ranking.asks_when(query)
         if not ranked or not (named or when or first):
-            return ranked, {}
+            return ranked
         head = ranked[: max(k, ranking.SPEAKER_READ)]
-        heads = self.store.heads([s.id for s in head], scope)
+        heads = read([s.id for s in head])
         if first:
             self._speakers.heard(tenant, user, heads.values())
             names |= frozenset(self._speakers.named(tenant, user, query))
         said = {i: (h.speaker, h.text) for i, h in heads.items()}
         extra = ranking.bonuses(said, names, when, config)
-        return ranking.favour(head, extra) + ranked[len(head) :], heads
-
-    def _chosen(
-        self,
-        ranked: list[ranking.Scored],
-        scope: Filter,
-        k: int,
-        current_only: bool,
-        read: Callable[[list[str]], Mapping[str, Head]],
-    ) -> list[tuple[ranking.Scored, Head]]:
-        """The first ``k`` of ``ranked`` with their heads, ``read`` for those read at all:
-        k of them, and more only for those a superseded fact (rare), a concurrent delete or
-        a repeat of one above them (``RankingConfig.repeats_last``) left out; repeats come
-        last, and only where too few others passed. Past ``REPEATS_READ`` times k read,
-        repeats fill the places left: a user holding the same remark many times made a
-        search read and parse 10 times the records it returned (issue 14)."""
-        now = utcnow()
-        results: list[tuple[ranking.Scored, Head]] = []
-        repeated: list[tuple[ranking.Scored, Head]] = []
-        repeats = ranking.Repeats() if self.ranking.repeats_last else None
-        seen: dict[str, Head] = {}
-        start = 0
-        while len(results) < k and start < len(ranked):
-            if repeats is not None and start >= REPEATS_READ * k:
-                # Read enough: the repeats passed fill the places left, after the others.
-                results += repeated[: k - len(results)]
-                repeated, repeats = [], None
-                continue
-            end = start + k - len(results)
-            batch = ranked[start : end if repeats is None else min(end, REPEATS_READ * k)]
-            start += len(batch)
-            seen.update(read([s.id for s in batch]))
-            for s in batch:
-                head = seen.get(s.id)
-                if head is None or (current_only and _superseded(head, now)):
-                    continue
-                repeat = repeats is not None and repeats.heard(head.speaker, head.text)
-                (repeated if repeat else results).append((s, head))
-        self._speakers.heard(scope.tenant_id, scope.require_user(), seen.values())
-        return results + repeated[: k - len(results)]
+        return ranking.favour(head, extra) + ranked[len(head) :]
 
     def get(
         self,
@@ -591,7 +561,3 @@ def _ttl(expires_at: datetime | Literal["never"] | None) -> dict[str, datetime |
     if expires_at is None:
         return {}
     return {"expires_at": None if expires_at == "never" else expires_at}
-
-
-def _superseded(head: Head, now: datetime) -> bool:
-    return head.valid_to is not None and head.valid_to <= now
