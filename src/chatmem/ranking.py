@@ -42,13 +42,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from chatmem.errors import ValidationError
-from chatmem.records import Candidate, MemoryRecord
+from chatmem.records import Candidate
 from chatmem.text import STOP_WORDS
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -178,10 +180,6 @@ class Repeats:
     def __init__(self) -> None:
         self._said: set[Said] = set()
 
-    def seen(self, record: MemoryRecord) -> bool:
-        """Whether ``record`` repeats one read before it; it is remembered if not."""
-        return self.heard(record.context.speaker if record.context else None, record.text)
-
     def heard(self, speaker: str | None, text: str) -> bool:
         """Whether ``speaker`` said ``text`` in one read before; it is remembered if not."""
         if len(text) > REPEAT_CHARS:
@@ -193,6 +191,22 @@ class Repeats:
             return True
         self._said.add(key)
         return False
+
+
+def repeats_last(
+    items: Sequence[T], k: int, said: Callable[[T], tuple[str | None, str]]
+) -> list[T]:
+    """``items`` (a ranking, best first) with its first ``k`` that repeat none above them
+    (``Repeats``; ``said`` gives each one's speaker and text) first, then the repeats passed
+    on the way, then the rest as they were: what follows the k-th is not looked at."""
+    repeats = Repeats()
+    kept: list[T] = []
+    aside: list[T] = []
+    for n, item in enumerate(items):
+        if len(kept) == k:
+            return kept + aside + list(items[n:])
+        (aside if repeats.heard(*said(item)) else kept).append(item)
+    return kept + aside
 
 
 #: How many of a ranking's first memories ``favour_named`` reorders (k where k is more).

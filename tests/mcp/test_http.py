@@ -11,6 +11,8 @@ import anyio
 import httpx
 from mcp.shared.exceptions import MCPError
 
+from chatmem.records import MemoryRecord
+from chatmem.retrieval.hybrid_search import search
 from tests.mcp.conftest import (
     ADMIN_KEY,
     Service,
@@ -160,6 +162,47 @@ def test_the_key_gives_the_tenant(service: Service) -> None:
 
     anyio.run(scenario)
     assert memory.get(secret.id, tenant_id="acme").content.raw == "User's locker code is 4711"
+
+
+def test_recall_gives_what_the_proxys_search_gives_a_remark_said_again_last(
+    service: Service,
+) -> None:
+    """``recall`` takes ``retrieval.search``'s steps: the same remark said on three days
+    takes one place of the k, as in what the proxy injects, and the two agree."""
+    memory = service.runtime.long_term
+    assert memory is not None
+    said = [
+        "Work has been so busy, I really need a holiday!",
+        "work has been SO busy - I really need a holiday",
+        "I really need a holiday, work has been so busy",
+        "We booked the holiday flights to Crete for June",
+    ]
+    memory.add_records(
+        [
+            MemoryRecord.model_validate(
+                {
+                    "tenant_id": "acme",
+                    "user_id": "ana",
+                    "content": {"raw": text},
+                    "context": {"speaker": "Ana"},
+                }
+            )
+            for text in said
+        ]
+    )
+    expected = search(
+        memory, "holiday", user_id="ana", tenant_id="acme", k=2, threshold=0.0, roles=set()
+    )
+    assert len({m.record.text.lower()[:8] for m in expected}) == 2  # one remark, one other
+
+    async def scenario() -> None:
+        user = {"X-Chatmem-User": "ana"}
+        async with http_client(f"{service.url}/mcp", _bearer(service.key("acme"), **user)) as c:
+            found = data(await c.call_tool("recall", {"query": "holiday", "k": 2, "threshold": 0}))
+        assert [r["memory"]["id"] for r in found["results"]] == [m.record.id for m in expected]
+        assert all(r["reasons"]["cosine"] is not None for r in found["results"])
+
+    anyio.run(scenario)
 
 
 def test_one_users_recall_never_returns_anothers(service: Service) -> None:

@@ -12,13 +12,19 @@ import pytest
 
 from chatmem import LocalEmbedder, LongTermMemory, RankingConfig
 from chatmem.ranking import Repeats
-from chatmem.records import MemoryRecord
-from chatmem.retrieval import search
+from chatmem.records import MemoryRecord, SearchResult
+from chatmem.retrieval import rerank, search
 from chatmem.stores import SQLiteStore
+from chatmem.stores.base import Head
 
 REMARK = "Work has been so busy, I really need a holiday."
 JOB = "I started a new job as a nurse at the city hospital."
 SAID = [REMARK, REMARK, REMARK, "I moved to Lisbon last month.", JOB, "We watched a film."]
+
+
+def heard(repeats: Repeats, record: MemoryRecord) -> bool:
+    """Whether ``record``'s speaker said its words in one ``repeats`` read before."""
+    return repeats.heard(*Head.of(record)[:2])
 
 
 def memory(text: str, speaker: str | None = "Ana") -> MemoryRecord:
@@ -28,17 +34,17 @@ def memory(text: str, speaker: str | None = "Ana") -> MemoryRecord:
 
 def test_a_repeat_is_the_same_speaker_saying_the_same_words() -> None:
     repeats = Repeats()
-    assert not repeats.seen(memory(REMARK))
+    assert not heard(repeats, memory(REMARK))
     # Case, punctuation and word order aside, the same words are a repeat...
-    assert repeats.seen(memory("work has been SO busy - I really need a holiday!"))
-    assert repeats.seen(memory("I really need a holiday, work has been so busy"))
-    assert not repeats.seen(memory("It's fine.")) and repeats.seen(memory("it’s FINE"))
+    assert heard(repeats, memory("work has been SO busy - I really need a holiday!"))
+    assert heard(repeats, memory("I really need a holiday, work has been so busy"))
+    assert not heard(repeats, memory("It's fine.")) and heard(repeats, memory("it’s FINE"))
     # ...one word more or less is not, nor the same words said by someone else.
-    assert not repeats.seen(memory("Work has been so busy, I really need a long holiday."))
-    assert not repeats.seen(memory(REMARK, speaker="Assistant"))
-    assert not repeats.seen(memory(REMARK, speaker=None))
+    assert not heard(repeats, memory("Work has been so busy, I really need a long holiday."))
+    assert not heard(repeats, memory(REMARK, speaker="Assistant"))
+    assert not heard(repeats, memory(REMARK, speaker=None))
     # A memory without words repeats nothing.
-    assert not repeats.seen(memory("👍")) and not repeats.seen(memory("👍"))
+    assert not heard(repeats, memory("👍")) and not heard(repeats, memory("👍"))
 
 
 @pytest.fixture
@@ -105,8 +111,8 @@ def test_a_long_memory_is_never_a_repeat() -> None:
     short = "Haha, that's awesome!"
     for text, again in ((long_text, False), (short, True)):
         first = MemoryRecord(user_id="u", content={"raw": text})
-        assert not repeats.seen(first)
-        assert repeats.seen(MemoryRecord(user_id="u", content={"raw": text})) is again
+        assert not heard(repeats, first)
+        assert heard(repeats, MemoryRecord(user_id="u", content={"raw": text})) is again
 
 
 def test_a_search_reads_at_most_repeats_read_times_k_records_to_set_repeats_aside(
@@ -137,3 +143,19 @@ def test_a_search_reads_at_most_repeats_read_times_k_records_to_set_repeats_asid
         found = long_term.search("I really need a holiday", user_id="ana", k=3, threshold=0.0)
         assert sum(read) <= REPEATS_READ * 3
         assert [m.record.text for m in found] == [REMARK, REMARK, REMARK]
+
+
+def test_rerank_with_repeats_keeps_them_after_the_others_as_the_proxy_does() -> None:
+    """``rerank(repeats=True)`` (the inspector's, the ``Retriever``'s rule) gives a remark
+    said again the place after the others; without it the rerank is the score's alone."""
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    again = memory("work has been SO busy - I really need a holiday!")
+    found = [
+        SearchResult(record=memory(REMARK), score=0.9, vector_score=0.9, keyword_score=None),
+        SearchResult(record=again, score=0.85, vector_score=0.85, keyword_score=None),
+        SearchResult(record=memory(JOB), score=0.5, vector_score=0.5, keyword_score=None),
+    ]
+    plain = rerank(found, k=2, threshold=0.0, now=now)
+    spread = rerank(found, k=2, threshold=0.0, now=now, repeats=True)
+    assert [m.record.text for m in plain] == [REMARK, again.text]
+    assert [m.record.text for m in spread] == [REMARK, JOB]

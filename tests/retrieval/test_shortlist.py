@@ -23,6 +23,7 @@ from chatmem.retrieval.reranking import (
     rank,
     superseded_at,
 )
+from chatmem.stores.base import Head
 from tests.retrieval.conftest import CountingStore
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -37,6 +38,11 @@ GARDEN = [
     "The community garden meets on Saturdays",
 ]
 REMARK = "the garden is lovely today"
+
+
+def heard(repeats: Repeats, record: MemoryRecord) -> bool:
+    """Whether ``record``'s speaker said its words in one ``repeats`` read before."""
+    return repeats.heard(*Head.of(record)[:2])
 
 
 def _records() -> list[MemoryRecord]:
@@ -127,7 +133,7 @@ def _reranked_whole(
         found = [r for r in found if superseded_at(r.record, NOW) is None]
     ranked = rank(found, threshold=threshold, weights=DEFAULT_WEIGHTS, now=NOW)
     repeats = Repeats()
-    kept = [m for m in ranked if not repeats.seen(m.record)][:k]
+    kept = [m for m in ranked if not heard(repeats, m.record)][:k]
     kept += [m for m in ranked if m not in kept][: k - len(kept)]
     return mark_updated(kept, NOW)
 

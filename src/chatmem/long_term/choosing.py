@@ -7,7 +7,6 @@ superseded facts and what a concurrent delete took, a repeated remark after the 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import NamedTuple
 
 from chatmem import ranking
@@ -68,12 +67,8 @@ def chosen(
         seen.update(read([s.id for s in batch]))
         for s in batch:
             head = seen.get(s.id)
-            if head is None or (current_only and _superseded(head, now)):
+            if head is None or (current_only and head.ended_by(now)):
                 continue
             repeat = repeats is not None and repeats.heard(head.speaker, head.text)
             (repeated if repeat else results).append((s, head))
     return results + repeated[: k - len(results)], seen
-
-
-def _superseded(head: Head, now: datetime) -> bool:
-    return head.valid_to is not None and head.valid_to <= now

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from chatmem import retrieval
 from chatmem.errors import ValidationError
+from chatmem.long_term import Shortlisted
 from chatmem.mcp.boundary import MemoryServer
 from chatmem.mcp.caller import Caller, CallerOf
 from chatmem.mcp.views import (
@@ -30,7 +31,8 @@ from chatmem.mcp.views import (
     RecallResult,
     Remembered,
 )
-from chatmem.records import MAX_TEXT_CHARS, MemoryRecord, MemoryType, SearchResult, utcnow
+from chatmem.records import MAX_TEXT_CHARS, MemoryRecord, MemoryType, utcnow
+from chatmem.retrieval.hybrid_search import reranked
 from chatmem.tokens import message_tokens
 
 #: Most memories one recall, get_context or list call returns.
@@ -126,15 +128,15 @@ def recall(
         bool, Field(description="Also facts that are no longer true.")
     ] = False,
 ) -> RecallResult:
-    """``retrieval.search``'s steps (hybrid search, then the rerank), keeping the store's
-    cosine and BM25 of each memory for its reasons."""
+    """``retrieval.search``'s steps (the shortlist, then the rerank from its heads, repeats
+    last), keeping the store's cosine and BM25 of each memory for its reasons."""
     user = caller.user(user_id)
     k = caller.k if k is None else k
     threshold = caller.threshold if threshold is None else threshold
     scope = caller.reader.filter(
         types=frozenset(types) if types else None, project_id=project_id, session_id=session_id
     )
-    found = caller.memory.search(
+    found = caller.memory.shortlist(
         query,
         user_id=user,
         tenant_id=caller.reader.tenant_id,
@@ -143,15 +145,21 @@ def recall(
         filter=scope,
         include_superseded=True,
     )
-    now = utcnow()
-    if not include_superseded:
-        found = [r for r in found if retrieval.superseded_at(r.record, now) is None]
-    scored = {r.record.id: r for r in found}
-    ranked = retrieval.rerank(found, k=k, threshold=threshold, now=now)
-    return RecallResult(user_id=user, results=[_recalled(m, scored[m.record.id]) for m in ranked])
+    kept = reranked(
+        caller.memory,
+        found,
+        user_id=user,
+        tenant_id=caller.reader.tenant_id,
+        filter=scope,
+        k=k,
+        threshold=threshold,
+        now=utcnow(),
+        include_superseded=include_superseded,
+    )
+    return RecallResult(user_id=user, results=[_recalled(m, listed) for m, listed in kept])
 
 
-def _recalled(memory: retrieval.RetrievedMemory, found: SearchResult) -> Recalled:
+def _recalled(memory: retrieval.RetrievedMemory, found: Shortlisted) -> Recalled:
     record = memory.record
     why = []
     if found.keyword_score is not None:

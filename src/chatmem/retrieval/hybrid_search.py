@@ -9,13 +9,12 @@ from datetime import datetime
 
 from chatmem.errors import ValidationError
 from chatmem.long_term import LongTermMemory, Shortlisted
-from chatmem.ranking import Repeats
+from chatmem.ranking import repeats_last
 from chatmem.records import Filter, MemoryType, utcnow
 from chatmem.retrieval.query import Query
 from chatmem.retrieval.reranking import (
     DEFAULT_WEIGHTS,
     RELEVANCE_REFERENCE,
-    Ranked,
     RerankWeights,
     RetrievedMemory,
     mark_updated,
@@ -63,11 +62,38 @@ def search(
     check_search(k, threshold)
     moment = now or utcnow()
     narrow = _narrowing(types, project_id, session_id, since, until, roles)
-    # The candidates come with what the rerank needs (``Head``), and only the k kept are
-    # read whole: parsing all 4 x k records was the largest single cost of the interpreter
-    # lock under load (docs/benchmarks.md, "A rerank that reads what it ranks by").
-    found = long_term.shortlist(
-        query.text if isinstance(query, Query) else query,
+    text = query.text if isinstance(query, Query) else query
+    found = _shortlisted(long_term, text, user_id, tenant_id, k, threshold, narrow)
+    kept = reranked(
+        long_term,
+        found,
+        user_id=user_id,
+        tenant_id=tenant_id,
+        filter=narrow,
+        k=k,
+        threshold=threshold,
+        weights=weights,
+        now=moment,
+        include_superseded=include_superseded,
+    )
+    return [memory for memory, _ in kept]
+
+
+def _shortlisted(
+    long_term: LongTermMemory,
+    text: str,
+    user_id: str,
+    tenant_id: str,
+    k: int,
+    threshold: float,
+    narrow: Filter,
+) -> list[Shortlisted]:
+    """The ``CANDIDATE_FACTOR`` x k candidates the rerank chooses from, with what it needs
+    (``Head``): only the k kept are read whole, where parsing all 4 x k records was the
+    largest single cost of the interpreter lock under load (docs/benchmarks.md, "A rerank
+    that reads what it ranks by")."""
+    return long_term.shortlist(
+        text,
         user_id=user_id,
         tenant_id=tenant_id,
         k=k * CANDIDATE_FACTOR,
@@ -75,55 +101,63 @@ def search(
         # what scores less can never pass, so it is not even read from the store.
         threshold=threshold * RELEVANCE_REFERENCE,
         filter=narrow,
-        # Judged here against ``now`` (long-term memory would use the clock), and before
-        # the rerank, so relevance is relative to the best memory that can be shown.
+        # Judged against the request's moment in ``reranked`` (long-term memory would use
+        # the clock), and before the rerank, so relevance is relative to the best memory
+        # that can be shown.
         include_superseded=True,
     )
-    if not include_superseded:
-        found = [m for m in found if m.head.valid_to is None or m.head.valid_to > moment]
-    scope = (user_id, tenant_id, narrow)
-    return _reranked(long_term, found, scope, k, threshold, weights, moment)
 
 
-def _reranked(
+def reranked(
     long_term: LongTermMemory,
     found: list[Shortlisted],
-    scope: tuple[str, str, Filter],
+    *,
+    user_id: str,
+    tenant_id: str,
+    filter: Filter,
     k: int,
     threshold: float,
-    weights: RerankWeights,
-    moment: datetime,
-) -> list[RetrievedMemory]:
-    """The best ``k`` of ``found`` by the rerank, from their heads, repeats last, then
-    read whole (``scope``: the user, tenant and filter they were found in)."""
+    weights: RerankWeights = DEFAULT_WEIGHTS,
+    now: datetime,
+    include_superseded: bool = False,
+) -> list[tuple[RetrievedMemory, Shortlisted]]:
+    """The best ``k`` of a shortlist (``LongTermMemory.shortlist`` within ``filter``, with
+    superseded facts) by the rerank, from their heads, repeats last; only those are read
+    whole. Each comes with what the shortlist said of it (its cosine and BM25, for a caller
+    that shows why it was found)."""
+    if not include_superseded:
+        found = [m for m in found if not m.head.ended_by(now)]
     order = scored_order(
         [m.score for m in found],
         [m.head for m in found],
         [m.id for m in found],
         threshold=threshold,
         weights=weights,
-        now=moment,
+        now=now,
     )
     if long_term.ranking.repeats_last:
-        order = _repeats_last(order, found, k)
+        order = repeats_last(order, k, lambda r: found[r.position].head[:2])
     kept = [(found[r.position], r) for r in order[:k]]
-    user_id, tenant_id, narrow = scope
     records = long_term.records(
-        [m.id for m, _ in kept], user_id=user_id, tenant_id=tenant_id, filter=narrow
+        [m.id for m, _ in kept], user_id=user_id, tenant_id=tenant_id, filter=filter
     )
     chosen = [
-        RetrievedMemory(
-            records[m.id],
-            r.score,
-            r.relevance,
-            r.recency,
-            m.score,
-            superseded_at(records[m.id], moment),
+        (
+            RetrievedMemory(
+                records[m.id],
+                r.score,
+                r.relevance,
+                r.recency,
+                m.score,
+                superseded_at(records[m.id], now),
+            ),
+            m,
         )
         for m, r in kept
         if m.id in records  # gone since the shortlist: a concurrent delete
     ]
-    return mark_updated(chosen, moment)
+    marked = mark_updated([memory for memory, _ in chosen], now)
+    return [(memory, m) for memory, (_, m) in zip(marked, chosen, strict=True)]
 
 
 def _narrowing(
@@ -146,20 +180,6 @@ def _narrowing(
         },
         "filter",
     )
-
-
-def _repeats_last(order: list[Ranked], found: list[Shortlisted], k: int) -> list[Ranked]:
-    """``order`` with its first ``k`` that repeat none above them (``Repeats``) first, then
-    the repeats passed on the way; what follows is not looked at."""
-    repeats = Repeats()
-    kept: list[Ranked] = []
-    aside: list[Ranked] = []
-    for n, ranked in enumerate(order):
-        if len(kept) == k:
-            return kept + aside + order[n:]
-        head = found[ranked.position].head
-        (aside if repeats.heard(head.speaker, head.text) else kept).append(ranked)
-    return kept + aside
 
 
 def check_search(k: int, threshold: float) -> None:

@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from chatmem.errors import ValidationError
+from chatmem.ranking import repeats_last
 from chatmem.records import MemoryRecord, RelationType, SearchResult
 from chatmem.stores.base import Head
 
@@ -164,10 +165,15 @@ def rerank(
     weights: RerankWeights = DEFAULT_WEIGHTS,
     now: datetime,
     reference: float = RELEVANCE_REFERENCE,
+    repeats: bool = False,
 ) -> list[RetrievedMemory]:
     """The best ``k`` of ``found`` whose relevance is at least ``threshold``, by final
-    score (pure; see the module docstring for the formula)."""
+    score (pure; see the module docstring for the formula); with ``repeats``, a remark its
+    speaker said again in one above it comes after the others (``ranking.repeats_last``, as
+    ``chatmem.retrieval.search`` ranks when ``RankingConfig.repeats_last`` is on)."""
     ranked = rank(found, threshold=threshold, weights=weights, now=now, reference=reference)
+    if repeats:
+        ranked = repeats_last(ranked, k, lambda m: Head.of(m.record)[:2])
     return mark_updated(ranked[:k], now)
 
 

@@ -190,6 +190,11 @@ class Head(NamedTuple):
     valid_to: datetime | None
     restricted: bool
 
+    def ended_by(self, now: datetime) -> bool:
+        """Whether the memory stopped being true by ``now`` (its ``valid_to``): a
+        superseded fact."""
+        return self.valid_to is not None and self.valid_to <= now
+
     @classmethod
     def of(cls, record: MemoryRecord) -> Head:
         """The head of a whole record."""

@@ -120,7 +120,14 @@ def explain(retriever: Retriever, reader: Reader, user_id: str, form: SearchForm
         include_superseded=True,
     )
     current = [r for r in found if retrieval.superseded_at(r.record, now) is None]
-    kept = retrieval.rerank(current, k=k, threshold=threshold, weights=retriever.weights, now=now)
+    kept = retrieval.rerank(
+        current,
+        k=k,
+        threshold=threshold,
+        weights=retriever.weights,
+        now=now,
+        repeats=retriever.long_term.ranking.repeats_last,  # as the proxy keeps them
+    )
     if kept and retriever.hops > 0:
         out.linked = retrieval.expand(
             retriever.long_term,
