@@ -7,7 +7,7 @@ superseded facts and what a concurrent delete took, a repeated remark after the 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from chatmem import ranking
 from chatmem.records import utcnow
@@ -21,6 +21,24 @@ REPEATS_READ = 4
 
 #: Reads the heads of those of the ids it is given that are there (as ``MemoryStore.heads``).
 Reader = Callable[[list[str]], Mapping[str, Head]]
+
+T = TypeVar("T")
+
+
+def remembering(
+    fetch: Callable[[list[str]], Mapping[str, T]], kept: dict[str, T], head: Callable[[T], Head]
+) -> Reader:
+    """A ``Reader`` that fetches only what it has not fetched before, keeping what it
+    fetched in ``kept`` (whole records, for a search that returns them, or heads), and
+    gives each one's ``head``."""
+
+    def read(ids: list[str]) -> dict[str, Head]:
+        missing = [i for i in ids if i not in kept]
+        if missing:
+            kept.update(fetch(missing))
+        return {i: head(kept[i]) for i in ids if i in kept}
+
+    return read
 
 
 class Shortlisted(NamedTuple):

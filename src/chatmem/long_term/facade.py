@@ -20,7 +20,7 @@ from chatmem import text as textlib
 from chatmem.embeddings import Embedder, LocalEmbedder, embed_queries
 from chatmem.errors import NotFoundError, ValidationError
 from chatmem.long_term import jsonl
-from chatmem.long_term.choosing import Reader, Shortlisted, chosen
+from chatmem.long_term.choosing import Reader, Shortlisted, chosen, remembering
 from chatmem.long_term.inputs import MessageLike, heard_messages, message_items
 from chatmem.long_term.jsonl import OnConflict
 from chatmem.long_term.message_records import AddOptions, call_records, expiring
@@ -263,12 +263,9 @@ class LongTermMemory:
         """
         scope = self._search_scope(user_id, tenant_id, filter)
         records: dict[str, MemoryRecord] = {}
-
-        def read(ids: list[str]) -> dict[str, Head]:
-            missing = [i for i in ids if i not in records]
-            if missing:
-                records.update((r.id, r) for r in self.store.get(missing, scope))
-            return {i: Head.of(records[i]) for i in ids if i in records}
+        read = remembering(
+            lambda ids: {r.id: r for r in self.store.get(ids, scope)}, records, Head.of
+        )
 
         # The head that favouring reads is read whole when the results will hold it all
         # (k of at least ``SPEAKER_READ``): 50 memories of 1-3K characters cost 0.9 ms to
@@ -304,14 +301,7 @@ class LongTermMemory:
         clients, parsing the records reranked was the largest single cost of the
         interpreter lock (docs/benchmarks.md, "A rerank that reads what it ranks by")."""
         scope = self._search_scope(user_id, tenant_id, filter)
-        heads: dict[str, Head] = {}
-
-        def read(ids: list[str]) -> dict[str, Head]:
-            missing = [i for i in ids if i not in heads]
-            if missing:
-                heads.update(self.store.heads(missing, scope))
-            return {i: heads[i] for i in ids if i in heads}
-
+        read = remembering(partial(self.store.heads, scope=scope), {}, lambda head: head)
         ranked, current_only = self._ranked(query, scope, k, threshold, include_superseded, read)
         chosen = self._chosen(ranked, scope, k, current_only, read)
         return [Shortlisted(*s, head) for s, head in chosen]
