@@ -31,8 +31,9 @@ the latency phase, and ``Retriever.retrieve`` called in the service process on t
 store with the HTTP load stopped (``Retrieval.timings_ms`` per step).
 
 The stand-in upstream speaks HTTP/1.0 (a new connection per request, for the direct calls
-and for the proxy's calls alike); its listen backlog is raised from socketserver's 5 to
-``--backlog`` so concurrent clients do not overflow it. Run::
+and for the proxy's calls alike), or with ``--keep-alive`` HTTP/1.1 with connections kept
+open between requests, as a hosted model's API keeps them; its listen backlog is raised
+from socketserver's 5 to ``--backlog`` so concurrent clients do not overflow it. Run::
 
     python benchmarks/proxy.py [--memories 10000] [--requests 300] [--seconds 15] \
         [--clients 16] [--quick] [--json bench-results/proxy.json]
@@ -92,14 +93,14 @@ def reply(_: dict[str, Any]) -> str:
     return ANSWER
 
 
-def run_upstream(conn: Connection, stop: Stop, backlog: int) -> None:
+def run_upstream(conn: Connection, stop: Stop, backlog: int, keep_alive: bool = False) -> None:
     """The scripted upstream until ``stop`` is set; sends its base URL first."""
     from http.server import ThreadingHTTPServer
 
     from chatmem.testing import ScriptedOpenAIServer
 
     ThreadingHTTPServer.request_queue_size = backlog
-    with ScriptedOpenAIServer(responder=reply, model=MODEL) as server:
+    with ScriptedOpenAIServer(responder=reply, model=MODEL, keep_alive=keep_alive) as server:
         conn.send(server.base_url)
         stop.wait()
 
@@ -346,7 +347,9 @@ class Parties:
         context = multiprocessing.get_context("spawn")
         self.stop: Stop = threading.Event() if self.in_process else context.Event()
         up_parent, up_child = multiprocessing.Pipe()
-        self.upstream_task = self._start(context, run_upstream, up_child, self.stop, args.backlog)
+        self.upstream_task = self._start(
+            context, run_upstream, up_child, self.stop, args.backlog, args.keep_alive
+        )
         self.upstream = str(up_parent.recv())
         self.conn, service_child = multiprocessing.Pipe()
         self.service_task = self._start(
@@ -452,6 +455,11 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=200, help="in-process retrieve() calls")
     parser.add_argument("--backlog", type=int, default=1024, help="the upstream's listen backlog")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="the upstream speaks HTTP/1.1 and keeps connections open, as a hosted API does",
+    )
     parser.add_argument("--in-process", action="store_true", help="threads, not processes")
     parser.add_argument("--quick", action="store_true", help="1,000 memories, 60 requests, 5 s")
     parser.add_argument("--json", metavar="PATH")

@@ -79,7 +79,13 @@ def main() -> None:
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     parties = proxy.Parties(
-        argparse.Namespace(in_process=False, backlog=1024, memories=args.memories, seed=args.seed)
+        argparse.Namespace(
+            in_process=False,
+            backlog=1024,
+            memories=args.memories,
+            seed=args.seed,
+            keep_alive=False,
+        )
     )
     try:
         rng, seen = random.Random(args.seed + 2), set[str]()

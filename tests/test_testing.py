@@ -64,6 +64,36 @@ def test_streaming_sends_openai_chunks_and_done() -> None:
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
+@pytest.mark.parametrize(("keep_alive", "connections"), [(False, 3), (True, 1)])
+def test_keep_alive_answers_a_clients_requests_on_one_connection(
+    keep_alive: bool, connections: int
+) -> None:
+    with ScriptedOpenAIServer(keep_alive=keep_alive) as server, httpx.Client(timeout=5) as client:
+        server.script_chat("one", "two", "three")
+        answers = [
+            client.post(f"{server.base_url}/chat/completions", json={"messages": MESSAGES})
+            for _ in range(3)
+        ]
+    assert [a.json()["choices"][0]["message"]["content"] for a in answers] == [
+        "one",
+        "two",
+        "three",
+    ]
+    assert server.connections == connections
+
+
+def test_a_stream_ends_with_its_connection_under_keep_alive() -> None:
+    with ScriptedOpenAIServer(keep_alive=True) as server, httpx.Client(timeout=5) as client:
+        server.script_chat("streamed", "after")
+        url = f"{server.base_url}/chat/completions"
+        streamed = client.post(url, json={"messages": MESSAGES, "stream": True})
+        after = client.post(url, json={"messages": MESSAGES})
+    assert streamed.headers["connection"] == "close"
+    assert streamed.text.rstrip().endswith("data: [DONE]")
+    assert after.json()["choices"][0]["message"]["content"] == "after"
+    assert server.connections == 2
+
+
 def test_models_lists_the_configured_model() -> None:
     with ScriptedOpenAIServer(model="tiny-llm") as server:
         response = httpx.get(f"{server.base_url}/models", timeout=5)

@@ -79,7 +79,10 @@ class ScriptedOpenAIServer:
     ``delay_next(seconds)`` script the next request of any route. ``requests`` records every
     JSON body received, ``chat_requests`` those of chat completions, ``request_headers`` the
     headers of every request (lowercased names); ``record=False`` keeps none of them, for a
-    long run (a soak) where they would grow without end. Use as a context manager;
+    long run (a soak) where they would grow without end. ``keep_alive=True`` speaks HTTP/1.1
+    and keeps a connection open between requests, as a hosted model's API does (a stream
+    still ends with its connection); by default each request has a connection of its own
+    (HTTP/1.0). ``connections`` counts the connections accepted. Use as a context manager;
     ``base_url`` ends in ``/v1``.
     """
 
@@ -92,8 +95,11 @@ class ScriptedOpenAIServer:
         responder: Responder | None = None,
         response_format: bool = True,
         record: bool = True,
+        keep_alive: bool = False,
     ) -> None:
         self.dimension = dimension
+        self.keep_alive = keep_alive
+        self.connections = 0
         self.record = record
         self.model = model
         self.responder = responder
@@ -219,58 +225,80 @@ class ScriptedOpenAIServer:
         return self.responder(body) if self.responder is not None else None
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
+        keep = self.keep_alive
+        return type(
+            "Handler",
+            (_Handler,),
+            {
+                "scripted": self,
+                "protocol_version": "HTTP/1.1" if keep else "HTTP/1.0",
+                # Headers and body go out in separate writes: on a kept connection, Nagle's
+                # algorithm held the body for the client's delayed ACK (about 40 ms an answer).
+                "disable_nagle_algorithm": keep,
+            },
+        )
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self._send(server._answer("GET", self.path, None, self._headers()))
 
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                except json.JSONDecodeError:
-                    reply = _Reply(400, _error("body is not JSON", None))
-                else:
-                    reply = server._answer("POST", self.path, body, self._headers())
-                self._send(reply)
+class _Handler(BaseHTTPRequestHandler):
+    """The scripted server's requests (``ScriptedOpenAIServer._handler`` sets ``scripted``)."""
 
-            def _headers(self) -> dict[str, str]:
-                return {name.lower(): value for name, value in self.headers.items()}
+    scripted: ScriptedOpenAIServer
 
-            def _send(self, reply: _Reply) -> None:
-                try:
-                    if reply.events is not None:
-                        self._send_events(reply.status, reply.events)
-                    else:
-                        self._send_json(reply.status, reply.body, reply.headers or {})
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up first (a timeout test): nobody left to answer
+    def setup(self) -> None:
+        super().setup()
+        with self.scripted._lock:
+            self.scripted.connections += 1
 
-            def _send_json(self, status: int, answer: Any, headers: dict[str, str]) -> None:
-                payload = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(payload)
+    def do_GET(self) -> None:
+        self._send(self.scripted._answer("GET", self.path, None, self._headers()))
 
-            def _send_events(self, status: int, events: list[Any]) -> None:
-                # HTTP/1.0 without a length: the body ends when the connection closes.
-                self.send_response(status)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.end_headers()
-                for event in [*map(json.dumps, events), "[DONE]"]:
-                    self.wfile.write(f"data: {event}\n\n".encode())
-                    self.wfile.flush()
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except json.JSONDecodeError:
+            reply = _Reply(400, _error("body is not JSON", None))
+        else:
+            reply = self.scripted._answer("POST", self.path, body, self._headers())
+        self._send(reply)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                """Quiet: tests read ``requests`` instead of logs."""
+    def _headers(self) -> dict[str, str]:
+        return {name.lower(): value for name, value in self.headers.items()}
 
-        return Handler
+    def _send(self, reply: _Reply) -> None:
+        try:
+            if reply.events is not None:
+                self._send_events(reply.status, reply.events)
+            else:
+                self._send_json(reply.status, reply.body, reply.headers or {})
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up first (a timeout test): nobody left to answer
+
+    def _send_json(self, status: int, answer: Any, headers: dict[str, str]) -> None:
+        payload = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _send_events(self, status: int, events: list[Any]) -> None:
+        # Without a length: the body ends when the connection closes (in HTTP/1.1 too,
+        # which says so in its headers).
+        self.send_response(status)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        if self.scripted.keep_alive:  # the header closes it (``close_connection``)
+            self.send_header("Connection", "close")
+        self.end_headers()
+        for event in [*map(json.dumps, events), "[DONE]"]:
+            self.wfile.write(f"data: {event}\n\n".encode())
+            self.wfile.flush()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests read ``requests`` instead of logs."""
 
 
 class ChatCall(NamedTuple):
