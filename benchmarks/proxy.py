@@ -58,7 +58,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import httpx
 
@@ -105,41 +105,58 @@ def run_upstream(conn: Connection, stop: Stop, backlog: int, keep_alive: bool = 
         stop.wait()
 
 
-def run_service(conn: Connection, upstream_url: str, memories: int, seed: int) -> None:
-    """The service over HTTP; answers ``("profile", n)`` and ends at ``("stop",)``."""
+class Service(NamedTuple):
+    """The service in this process: its runtime, its base URL, and the uvicorn server and
+    the thread it runs in."""
+
+    runtime: Any
+    url: str
+    server: Any
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join()
+
+
+def start_service(folder: str, upstream_url: str, memories: int, seed: int) -> Service:
+    """The service over HTTP in a thread of this process, its files in ``folder``, with
+    ``memories`` seeded for the benchmark's user."""
     import uvicorn
 
     from chatmem.server import Runtime, ServiceConfig, create_app
     from chatmem.server.serving import tune_interpreter
 
+    config = ServiceConfig.parse(
+        {
+            "server": {"data_dir": folder},
+            "upstream": {"base_url": upstream_url},
+            "memory": {"enabled": True, "auto_store": True},
+            "log_level": "warning",
+        }
+    )
+    tune_interpreter(config.server)  # as ``chatmem serve`` sets its process
+    runtime = Runtime.start(config)  # the service's own embedder, as configured
+    seed_memories(runtime, memories, random.Random(seed))
+    app = create_app(runtime=runtime)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return Service(runtime, f"http://127.0.0.1:{port}", server, thread)
+
+
+def run_service(conn: Connection, upstream_url: str, memories: int, seed: int) -> None:
+    """The service over HTTP; answers ``("profile", n)`` and ends at ``("stop",)``."""
     with tempfile.TemporaryDirectory() as folder:
-        config = ServiceConfig.parse(
-            {
-                "server": {"data_dir": folder},
-                "upstream": {"base_url": upstream_url},
-                "memory": {"enabled": True, "auto_store": True},
-                "log_level": "warning",
-            }
-        )
-        tune_interpreter(config.server)  # as ``chatmem serve`` sets its process
-        runtime = Runtime.start(config)  # the service's own embedder, as configured
-        seed_memories(runtime, memories, random.Random(seed))
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(runtime=runtime), host="127.0.0.1", port=0, log_level="warning"
-            )  # fmt: skip
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.05)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        conn.send(f"http://127.0.0.1:{port}")
+        service = start_service(folder, upstream_url, memories, seed)
+        conn.send(service.url)
         rng = random.Random(seed + 1)
         while (command := conn.recv())[0] != "stop":
-            conn.send(profile(runtime, command[1], rng))
-        server.should_exit = True
-        thread.join()
+            conn.send(profile(service.runtime, command[1], rng))
+        service.stop()
 
 
 def seed_memories(runtime: Any, count: int, rng: random.Random) -> None:

@@ -2,7 +2,7 @@
 
 ``proxy.py`` measures latency and throughput; under 16 closed-loop clients on 2 cores its
 p95 is queueing, so what sets it is the CPU each request takes. This runs the service in
-this process (the runtime and uvicorn, as ``proxy.run_service`` does, with its own
+this process (the runtime and uvicorn, ``proxy.start_service``, with its own
 embedder and ``--memories`` seeded for one user), the stand-in upstream in a process of its
 own and the clients in another, and reads each of the service's threads' CPU time from
 ``/proc/self/task`` before and after each load. So the figures are the service's alone:
@@ -134,35 +134,6 @@ def one_load(
     }
 
 
-def serve(upstream: str, folder: str, memories: int, seed: int) -> tuple[Any, str, Any]:
-    """The service in this process: its runtime, its base URL and the uvicorn server."""
-    import uvicorn
-
-    from chatmem.server import Runtime, ServiceConfig, create_app
-    from chatmem.server.serving import tune_interpreter
-
-    config = ServiceConfig.parse(
-        {
-            "server": {"data_dir": folder},
-            "upstream": {"base_url": upstream},
-            "memory": {"enabled": True, "auto_store": True},
-            "log_level": "warning",
-        }
-    )
-    tune_interpreter(config.server)
-    runtime = Runtime.start(config)
-    proxy.seed_memories(runtime, memories, random.Random(seed))
-    app = create_app(runtime=runtime)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
-    thread.start()
-    server.thread = thread  # joined at the end
-    while not server.started:
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    return runtime, f"http://127.0.0.1:{port}", server
-
-
 def measure(url: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     questions = Questions(random.Random(args.seed + 2))
     rows = []
@@ -215,18 +186,17 @@ def main() -> None:
     upstream = context.Process(target=proxy.run_upstream, args=(theirs, stop, 1024), daemon=True)
     upstream.start()
     with tempfile.TemporaryDirectory() as folder:
-        runtime, url, server = serve(str(mine.recv()), folder, args.memories, args.seed)
+        service = proxy.start_service(folder, str(mine.recv()), args.memories, args.seed)
         # The start-up decay sweep and warming end first: with 15 s, the sweep still ran in
         # the first load (``chatmem-maintenance``, 1.6-2.1 ms a request).
         time.sleep(args.settle)
         try:
-            rows = measure(url, args)
+            rows = measure(service.url, args)
         finally:
-            server.should_exit = True
-            server.thread.join(timeout=30)
+            service.stop()
             stop.set()
             upstream.join(timeout=10)
-            runtime.close()
+            service.runtime.close()
     if args.json:
         meta = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
