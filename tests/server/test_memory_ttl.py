@@ -22,16 +22,22 @@ def _visible(client: TestClient, memory_id: str) -> dict[str, bool]:
 
 
 def test_create_with_expires_at_is_read_until_then(service: TestClient) -> None:
-    soon = (utcnow() + timedelta(milliseconds=800)).isoformat()
+    # The create and the reads before the expiry run within the TTL: with 800 ms, one CI run
+    # found the memory already expired at the first read. The wait after is to the expiry.
+    soon = utcnow() + timedelta(seconds=2)
     created = service.post(
         "/v1/memory",
-        json={"user_id": "alice", "content": "my voucher code is 1234", "expires_at": soon},
+        json={
+            "user_id": "alice",
+            "content": "my voucher code is 1234",
+            "expires_at": soon.isoformat(),
+        },
     )
     assert created.status_code == 201, created.text
     (memory,) = created.json()["memories"]
     assert memory["time"]["expires_at"] is not None
     assert all(_visible(service, memory["id"]).values())
-    time.sleep(1.0)
+    time.sleep(max(0.0, (soon - utcnow()).total_seconds()) + 0.2)
     assert not any(_visible(service, memory["id"]).values())
     assert service.get("/v1/memory/count", params={"user_id": "alice"}).json()["count"] == 0
 
