@@ -133,6 +133,10 @@ def test_a_question_whose_only_matching_word_is_the_users_name_finds_the_paraphr
         )
     hits = memory.search("What is Priya allergic to?", user_id="priya", k=10)
     assert hits[0].record.content.raw == ALLERGY
-    # No keyword credit; the question names Priya, who said it (``speaker_bonus``).
+    # No keyword credit; the question names Priya, who said it (``speaker_bonus``); with
+    # the late rerank off, nothing else is in the score.
+    memory.ranking = RankingConfig(late_weight=0)
+    hits = memory.search("What is Priya allergic to?", user_id="priya", k=10)
+    assert hits[0].record.content.raw == ALLERGY
     bonus = DEFAULT_RANKING.speaker_bonus
     assert hits[0].score == pytest.approx(0.6 * (hits[0].vector_score or 0.0) + bonus)

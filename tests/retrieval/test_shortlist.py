@@ -49,7 +49,7 @@ def _records() -> list[MemoryRecord]:
     """Garden memories of user "u" of every age and importance, one superseded, one
     restricted, a remark said three times, a fact and the one that updates it."""
     out = []
-    for n, text in enumerate(GARDEN * 2):
+    for n, text in enumerate(GARDEN * 7):  # more memories than a search reads heads of
         said = NOW - timedelta(days=17 * n + 1)
         out.append(
             MemoryRecord.model_validate(

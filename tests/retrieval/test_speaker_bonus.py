@@ -156,14 +156,30 @@ def test_a_query_naming_nobody_reads_only_the_records_it_returns(
         store.asked.clear()
         store.asked_heads.clear()
         memory.search("what kind of art do they make?", user_id="u", k=2)
-        assert [len(ids) for ids in store.asked] == [2] and store.asked_heads == []
+        # The late rerank reads the head's texts, once: nothing more is read twice.
+        assert [len(ids) for ids in store.asked] == [2]
+        assert [len(ids) for ids in store.asked_heads] == [min(len(CHAT), SPEAKER_READ)]
         store.asked.clear()
+        store.asked_heads.clear()
         found = memory.search(QUESTION, user_id="u", k=2)
-    # Who said the head's memories is read once (all six here, under SPEAKER_READ); only
-    # the two records returned are read whole.
+    # Who said the head's memories is read once (all six here, under SPEAKER_READ), for
+    # the bonus and the late rerank alike; only the two records returned are read whole.
     assert [len(ids) for ids in store.asked_heads] == [min(len(CHAT), SPEAKER_READ)]
     assert [len(ids) for ids in store.asked] == [2]
     assert found[0].record.context and found[0].record.context.speaker == "Caroline"
+
+
+def test_without_the_late_rerank_a_query_naming_nobody_reads_no_head(
+    chat: tuple[Path, LocalEmbedder],
+) -> None:
+    path, embedder = chat
+    store = CountingStore(path)
+    with LongTermMemory(store, embedder, ranking_config=RankingConfig(late_weight=0)) as memory:
+        memory.search("what kind of art do they make?", user_id="u", k=2)  # learns speakers
+        store.asked.clear()
+        store.asked_heads.clear()
+        memory.search("what kind of art do they make?", user_id="u", k=2)
+    assert [len(ids) for ids in store.asked] == [2] and store.asked_heads == []
 
 
 def test_a_lowercase_name_counts_from_a_fresh_processs_first_search(

@@ -17,7 +17,7 @@ import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
 
 from chatmem.caches import LRUCache, MiB
-from chatmem.embeddings import quantize
+from chatmem.embeddings import quantize, tokens
 from chatmem.errors import EmbeddingError, ValidationError
 from chatmem.records import Vector
 
@@ -112,6 +112,7 @@ class LocalEmbedder:
         query_threads: int = 1,
         query_sessions: int | None = None,
         document_model: Literal["fast", "exact"] = "fast",
+        token_bytes: int = tokens.DEFAULT_BUDGET_BYTES,
     ) -> None:
         for name, value in (("query_model", query_model), ("document_model", document_model)):
             if value not in ("fast", "exact"):
@@ -136,6 +137,9 @@ class LocalEmbedder:
             cache_bytes, max_entries=cache_size, size=_entry_size
         )
         self._lock = threading.Lock()
+        #: Each recently embedded text's word-piece states (``embeddings.tokens``), kept as
+        #: it is embedded; ``token_bytes`` 0 keeps none.
+        self.token_states = tokens.TokenStates(token_bytes)
         # Queries waiting to be embedded together (embed_query), and whether a batch runs.
         self._turn = threading.Condition()
         self._waiting: list[_Slot] = []
@@ -356,11 +360,24 @@ class LocalEmbedder:
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         for start in range(0, len(order), BATCH_SIZE):
             chunk = order[start : start + BATCH_SIZE]
-            out[chunk] = self._run([encodings[i] for i in chunk], session)
+            texts_in = [texts[i] for i in chunk]
+            out[chunk] = self._run([encodings[i] for i in chunk], session, texts_in)
         return out
 
+    def states_of(self, texts: Sequence[str]) -> list[tokens.States | None]:
+        """The word-piece states of each of ``texts`` (as memories), embedding those not
+        held (one model call each, as ``embed`` does); None for an empty text."""
+        held = [self.token_states.get(text) for text in texts]
+        for text, states in zip(texts, held, strict=True):
+            if states is None and text.strip():
+                self._embed_many([text], self._documents())
+        return [s or self.token_states.get(t) for s, t in zip(held, texts, strict=True)]
+
     def _run(
-        self, encodings: list[Encoding], session: ort.InferenceSession | None = None
+        self,
+        encodings: list[Encoding],
+        session: ort.InferenceSession | None = None,
+        texts: Sequence[str] = (),
     ) -> Vector:
         exact, _, input_names = self._model()
         ids, mask = _inputs(encodings)
@@ -371,6 +388,10 @@ class LocalEmbedder:
             hidden = (session or exact).run(None, feeds)[0]
         except Exception as exc:  # boundary: onnxruntime raises its own untyped errors
             raise EmbeddingError(f"local embedder failed: {exc}") from exc
+        if texts and self.token_states.max_bytes:
+            for text, encoding, states in zip(texts, encodings, hidden, strict=True):
+                positions = tokens.kept(encoding.tokens)
+                self.token_states.put(text, tokens.packed(states, positions))
         return _pooled(hidden, mask)
 
 

@@ -23,6 +23,7 @@ from chatmem.long_term import jsonl
 from chatmem.long_term.choosing import Reader, Shortlisted, chosen, remembering
 from chatmem.long_term.inputs import MessageLike, heard_messages, message_items
 from chatmem.long_term.jsonl import OnConflict
+from chatmem.long_term.late import KeepsStates, LateRerank
 from chatmem.long_term.message_records import AddOptions, call_records, expiring
 from chatmem.long_term.session_tails import SessionTails, turn_spoken
 from chatmem.long_term.speakers import Speakers, name_free_vector
@@ -68,6 +69,7 @@ class LongTermMemory:
     ) -> None:
         self.store = store
         self.embedder = embedder
+        self._late = LateRerank(embedder) if isinstance(embedder, KeepsStates) else None
         self.ranking = ranking_config
         self.context_window = context_window
         self._embedding = EmbeddingInfo(model=embedder.model, dimension=embedder.dimension)
@@ -248,13 +250,15 @@ class LongTermMemory:
         filter: Filter | None = None,
         include_superseded: bool = False,
     ) -> list[SearchResult]:
-        """Hybrid search of one user's memories: the best ``k`` with a fused score of at
-        least ``threshold`` (see ``chatmem.ranking`` for the score); a memory whose speaker
-        said the same words in one ranked above it only where too few others pass
-        (``RankingConfig.repeats_last``). What someone the query names said ranks higher
-        (``speaker_bonus``), and the query's vector leaves out the names of the speakers it
-        names (``name_free_share``, ``chatmem.long_term.speakers``). A question about time
-        favours what says when (``time_bonus``).
+        """Hybrid search of one user's memories: the best ``k`` with a score of at least
+        ``threshold`` (the fused score of ``chatmem.ranking`` with the moves below in it, as
+        reported); a memory whose speaker said the same words in one ranked above it only
+        where too few others pass (``RankingConfig.repeats_last``). What someone the query
+        names said ranks higher (``speaker_bonus``), and the query's vector leaves out the
+        names of the speakers it names (``name_free_share``, ``chatmem.long_term.speakers``).
+        A question about time favours what says when (``time_bonus``). Among the first 50,
+        what matches the query's word pieces one by one better than the others gains
+        (``late_weight``, ``chatmem.long_term.late``).
 
         Facts that were superseded (``valid_to`` in the past) are left out unless
         ``include_superseded`` is set or the filter asks for a moment (``valid_at``, or
@@ -267,10 +271,12 @@ class LongTermMemory:
             lambda ids: {r.id: r for r in self.store.get(ids, scope)}, records, Head.of
         )
 
-        # The head that favouring reads is read whole when the results will hold it all
-        # (k of at least ``SPEAKER_READ``): 50 memories of 1-3K characters cost 0.9 ms to
-        # read as heads, then again as records.
-        peek = read if k >= ranking.SPEAKER_READ else partial(self.store.heads, scope=scope)
+        # The head that favouring and the late rerank read is read once, and whole when the
+        # results will hold it all (k of at least ``SPEAKER_READ``): 50 memories of 1-3K
+        # characters cost 0.9 ms to read as heads, then again as records.
+        peek = read
+        if k < ranking.SPEAKER_READ:
+            peek = remembering(partial(self.store.heads, scope=scope), {}, lambda head: head)
         ranked, current_only = self._ranked(query, scope, k, threshold, include_superseded, peek)
         chosen = self._chosen(ranked, scope, k, current_only, read)
         return [
@@ -356,8 +362,12 @@ class LongTermMemory:
             )
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
-        ranked = ranking.select(ranking.fuse(candidates, self.ranking), len(candidates), threshold)
-        return self._favour(ranked, query, names, scope, k, read), current_only
+        ranked = self._favour(ranking.fuse(candidates, self.ranking), query, names, scope, k, read)
+        if self._late is not None:
+            ranked = self._late.reranked(ranked, query, read, self.ranking.late_weight)
+        # The threshold holds for the scores as reported, the bonuses and the late rerank's
+        # moves in them: a score a search gave, asked as a threshold, keeps its memory.
+        return ranking.select(ranked, len(ranked), threshold), current_only
 
     def _chosen(
         self,
@@ -511,6 +521,8 @@ class LongTermMemory:
         """Close the store (and the query-embedding threads)."""
         if self._embedder_threads is not None:
             self._embedder_threads.shutdown(wait=True)
+        if self._late is not None:
+            self._late.close()
         self.store.close()
 
     def __enter__(self) -> LongTermMemory:

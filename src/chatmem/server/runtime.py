@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -50,6 +49,7 @@ from chatmem.sessions import open_session_store
 from chatmem.sessions.base import SessionStore
 from chatmem.sessions.memory import InMemorySessionStore
 from chatmem.short_term import OverflowPolicy, ShortTermMemory
+from chatmem.threads import lower_priority
 from chatmem.worker import (
     ExtractionScheduler,
     InMemoryOutbox,
@@ -222,8 +222,7 @@ class Runtime:
             return
 
         def run() -> None:
-            with contextlib.suppress(AttributeError, OSError):  # nice 10 where Linux allows
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+            lower_priority()
 
             def stop() -> bool:
                 FOREGROUND.pause()

@@ -25,7 +25,6 @@ deleted rows are masked out, and the postings are rebuilt once the changes pile 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import threading
@@ -44,6 +43,7 @@ from chatmem.stores.sqlite.field_cache import Versions
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.schema import FTS_COLUMNS, FTS_WEIGHTS, TOKENIZER, user_key
 from chatmem.stores.sqlite.writes import still_there
+from chatmem.threads import lower_priority
 
 #: Users with fewer memories are served by FTS5 alone: their matches are few and cheap.
 MIN_ROWS = 2_000
@@ -391,13 +391,6 @@ def _nbytes(key: str, words: UserWords) -> int:
     return words.nbytes
 
 
-def _lower_priority() -> None:
-    """Builds yield the CPU to searches: the builder thread runs at nice 10 where the
-    system lets a thread set its own (Linux)."""
-    with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-
-
 _shared: tuple[int, Tokenizer] | None = None
 _shared_lock = threading.Lock()
 
@@ -497,7 +490,7 @@ class KeywordCache:
             self._building.add(key)
             if self._builder is None:
                 self._builder = ThreadPoolExecutor(
-                    1, thread_name_prefix="chatmem-keywords", initializer=_lower_priority
+                    1, thread_name_prefix="chatmem-keywords", initializer=lower_priority
                 )
             builder = self._builder
 

@@ -1,0 +1,187 @@
+"""The late rerank (``chatmem.long_term.late``): among a search's first memories, what
+matches the query's word pieces one by one better than the others gains on its fused score
+(``RankingConfig.late_weight``); what lacks word-piece states keeps its place and gets them
+in the background."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chatmem import LongTermMemory, RankingConfig
+from chatmem.embeddings import LocalEmbedder
+from chatmem.embeddings.tokens import States, TokenStates, late_scores, packed
+from chatmem.errors import ValidationError
+from chatmem.long_term.late import LateRerank, said_text
+from chatmem.ranking import SPEAKER_READ, Scored
+from chatmem.stores import SQLiteStore
+from chatmem.stores.base import Head
+
+CHAT = [
+    ("Omar", "Practiced the cello for two hours, my fingers hurt."),
+    ("Omar", "Music has always been my escape."),
+    ("Lee", "Do you play any instruments?"),
+    ("Omar", "I play football with my cousins every Friday."),
+    ("Omar", "My neighbour plays loud music at night."),
+    ("Omar", "Bought new strings for my old guitar today."),
+    ("Lee", "Instruments are expensive these days."),
+]
+QUESTION = "Which instruments does Omar play?"
+SAID = datetime(2024, 5, 1, tzinfo=UTC)
+
+
+class _Held:
+    """An embedder of hand-made states (the ``KeepsStates`` protocol), which records the
+    texts it was asked to compute."""
+
+    def __init__(self, states: dict[str, States]) -> None:
+        self.token_states = TokenStates()
+        for text, found in states.items():
+            self.token_states.put(text, found)
+        self.asked: list[str] = []
+
+    def states_of(self, texts: Sequence[str]) -> list[States | None]:
+        self.asked.extend(texts)
+        return [self.token_states.get(t) for t in texts]
+
+
+def _states(*rows: list[float]) -> States:
+    found = packed(np.array(rows, dtype=np.float32), list(range(len(rows))))
+    assert found is not None
+    return found
+
+
+def _reader(texts: dict[str, str]) -> Callable[[list[str]], dict[str, Head]]:
+    def read(ids: list[str]) -> dict[str, Head]:
+        return {i: Head(None, texts[i], 0.5, SAID, None, None, False) for i in ids if i in texts}
+
+    return read
+
+
+def test_what_matches_the_query_word_by_word_gains_on_its_score() -> None:
+    held = _Held(
+        {
+            "query": _states([1, 0, 0], [0, 1, 0]),
+            "both words": _states([1, 0, 0], [0, 1, 0]),  # match 1.0
+            "one word": _states([1, 0, 0], [0, 0, 1]),  # match 0.5
+            "no word": _states([0, 0, 1]),  # match 0.0
+        }
+    )
+    ranked = [
+        Scored("a", 0.58, 0.6, None),
+        Scored("b", 0.55, 0.5, None),
+        Scored("c", 0.52, 0.5, None),
+        Scored("missing", 0.50, 0.5, None),
+    ]
+    read = _reader({"a": "no word", "b": "one word", "c": "both words", "missing": "unheld"})
+    out = LateRerank(held).reranked(ranked, "query", read, 0.2)
+    # The mean match of the three held is 0.5: +0.1 for "both words", -0.1 for "no word".
+    assert [(s.id, round(s.score, 4)) for s in out] == [
+        ("c", 0.62),
+        ("b", 0.55),
+        ("missing", 0.50),
+        ("a", 0.48),
+    ]
+    # The one without states kept its score and was handed to the background to compute.
+    deadline = time.monotonic() + 5
+    while "unheld" not in held.asked and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held.asked == ["unheld"]
+
+
+def test_nothing_moves_without_the_query_s_states_or_with_no_weight() -> None:
+    held = _Held({"query": _states([1, 0]), "x": _states([1, 0]), "y": _states([0, 1])})
+    ranked = [Scored("y", 0.6, 0.6, None), Scored("x", 0.59, 0.5, None)]
+    read = _reader({"x": "x", "y": "y"})
+    rerank = LateRerank(held)
+    assert rerank.reranked(ranked, "query", read, 0.0) == ranked
+    assert rerank.reranked(ranked, "another query", read, 0.2) == ranked
+    assert [s.id for s in rerank.reranked(ranked, "query", read, 0.2)] == ["x", "y"]
+
+
+def test_only_the_first_memories_are_reordered() -> None:
+    texts = {f"m{n}": "far" for n in range(SPEAKER_READ + 5)}
+    texts[f"m{SPEAKER_READ + 1}"] = "near"
+    held = _Held({"query": _states([1, 0]), "far": _states([0, 1]), "near": _states([1, 0])})
+    ranked = [Scored(f"m{n}", 0.9 - n / 100, 0.5, None) for n in range(SPEAKER_READ + 5)]
+    out = LateRerank(held).reranked(ranked, "query", _reader(texts), 1.0)
+    # Every one of the head matches alike: none moves; the near one past it is not read.
+    assert [s.id for s in out] == [s.id for s in ranked]
+
+
+def _memory(path: Path, embedder: LocalEmbedder, weight: float) -> LongTermMemory:
+    memory = LongTermMemory(
+        SQLiteStore(path), embedder, ranking_config=RankingConfig(late_weight=weight)
+    )
+    return memory
+
+
+@pytest.fixture
+def omar(tmp_path: Path) -> tuple[Path, LocalEmbedder]:
+    embedder = LocalEmbedder()
+    path = tmp_path / "omar.db"
+    with _memory(path, embedder, 0.0) as memory:
+        for speaker, text in CHAT:
+            memory.add(
+                [{"role": "user", "name": speaker, "content": text}], user_id="u", session_id="s"
+            )
+    return path, embedder
+
+
+def _search(path: Path, embedder: LocalEmbedder, weight: float) -> list[tuple[str, float]]:
+    with _memory(path, embedder, weight) as memory:
+        found = memory.search(QUESTION, user_id="u", k=len(CHAT), threshold=0.0)
+    return [(f.record.text, f.score) for f in found]
+
+
+def test_a_search_adds_each_memory_s_match_above_the_mean_to_its_score(
+    omar: tuple[Path, LocalEmbedder],
+) -> None:
+    path, embedder = omar
+    plain = dict(_search(path, embedder, 0.0))
+    late = _search(path, embedder, 0.2)
+    speakers = dict((text, speaker) for speaker, text in CHAT)
+    states = [embedder.token_states.get(said_text(speakers[t], t)) for t, _ in late]
+    asked = embedder.token_states.get(QUESTION)
+    assert asked is not None and all(s is not None for s in states)
+    matches = late_scores(asked, [s for s in states if s is not None])
+    expected = [
+        min(max(plain[t] + 0.2 * (m - matches.mean()), 0.0), 1.0)
+        for (t, _), m in zip(late, matches, strict=True)
+    ]
+    assert [score for _, score in late] == pytest.approx(expected, abs=1e-5)
+    assert [score for _, score in late] == sorted((score for _, score in late), reverse=True)
+    # The word-by-word match moved something: the order is not the plain one.
+    assert [t for t, _ in late] != sorted(plain, key=lambda t: -plain[t])
+
+
+def test_memories_without_states_keep_their_places_until_computed(
+    omar: tuple[Path, LocalEmbedder],
+) -> None:
+    path, embedder = omar
+    late = _search(path, embedder, 0.2)
+    plain = _search(path, embedder, 0.0)
+    kept = embedder.token_states
+    # As after a restart: the query's states are held, no memory's are.
+    embedder.token_states = TokenStates()
+    embedder.token_states.put(QUESTION, kept.get(QUESTION))
+    assert _search(path, embedder, 0.2) == plain
+    deadline = time.monotonic() + 30
+    texts = [said_text(speaker, text) for speaker, text in CHAT]
+    while time.monotonic() < deadline:
+        if all(embedder.token_states.get(t) is not None for t in texts):
+            break
+        time.sleep(0.05)
+    assert [t for t, _ in _search(path, embedder, 0.2)] == [t for t, _ in late]
+
+
+def test_the_weight_is_checked() -> None:
+    for wrong in (-0.1, 1.5):
+        with pytest.raises(ValidationError) as raised:
+            RankingConfig(late_weight=wrong)
+        assert raised.value.field == "ranking.late_weight"
