@@ -30,6 +30,11 @@ _STOPWORDS = """
 """
 STOPWORDS = frozenset(_STOPWORDS.split())
 
+#: A text keeps its first this many content word pieces: a rerank of 50 memories of 1-3K
+#: characters (about 200 pieces each) took 4.5 ms to score, 32 each 0.5 ms; LoCoMo's
+#: recall is the same with 32 or 64 (a turn keeps 18 on average).
+MAX_ROWS = 32
+
 #: Default bytes of token states held (about 15,000 chat turns).
 DEFAULT_BUDGET_BYTES = 96 * MiB
 
@@ -57,9 +62,9 @@ def kept(pieces: Sequence[str]) -> list[int]:
     tokens, lower case): letters or digits only, not a stopword, not a special token. All
     the real ones (no ``[CLS]``/``[SEP]``) where none passes."""
     chosen = [i for i, p in enumerate(pieces) if p.isalnum() and p not in STOPWORDS]
-    if chosen:
-        return chosen
-    return [i for i, p in enumerate(pieces) if p not in ("[CLS]", "[SEP]")]
+    if not chosen:
+        chosen = [i for i, p in enumerate(pieces) if p not in ("[CLS]", "[SEP]")]
+    return chosen[:MAX_ROWS]
 
 
 def packed(hidden: npt.NDArray[np.float32], positions: Sequence[int]) -> States | None:
