@@ -133,9 +133,11 @@ def omar(tmp_path: Path) -> tuple[Path, LocalEmbedder]:
     return path, embedder
 
 
-def _search(path: Path, embedder: LocalEmbedder, weight: float) -> list[tuple[str, float]]:
+def _search(
+    path: Path, embedder: LocalEmbedder, weight: float, question: str = QUESTION
+) -> list[tuple[str, float]]:
     with _memory(path, embedder, weight) as memory:
-        found = memory.search(QUESTION, user_id="u", k=len(CHAT), threshold=0.0)
+        found = memory.search(question, user_id="u", k=len(CHAT), threshold=0.0)
     return [(f.record.text, f.score) for f in found]
 
 
@@ -164,20 +166,32 @@ def test_memories_without_states_keep_their_places_until_computed(
     omar: tuple[Path, LocalEmbedder],
 ) -> None:
     path, embedder = omar
-    late = _search(path, embedder, 0.2)
-    plain = _search(path, embedder, 0.0)
+    # A question that names nobody: a process's first search of the user and its later
+    # ones embed it alike (a named speaker's name is left out once the process knows it).
+    question = "what music does he make?"
+    late = _search(path, embedder, 0.2, question)
+    plain = _search(path, embedder, 0.0, question)
+    assert [t for t, _ in late] != [t for t, _ in plain]
     kept = embedder.token_states
     # As after a restart: the query's states are held, no memory's are.
     embedder.token_states = TokenStates()
-    embedder.token_states.put(QUESTION, kept.get(QUESTION))
-    assert _search(path, embedder, 0.2) == plain
-    deadline = time.monotonic() + 30
+    embedder.token_states.put(question, kept.get(question))
     texts = [said_text(speaker, text) for speaker, text in CHAT]
-    while time.monotonic() < deadline:
-        if all(embedder.token_states.get(t) is not None for t in texts):
-            break
-        time.sleep(0.05)
-    assert [t for t, _ in _search(path, embedder, 0.2)] == [t for t, _ in late]
+    with _memory(path, embedder, 0.2) as memory:  # one process, as a service is
+
+        def search() -> list[tuple[str, float]]:
+            found = memory.search(question, user_id="u", k=len(CHAT), threshold=0.0)
+            return [(f.record.text, f.score) for f in found]
+
+        assert search() == plain
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if all(embedder.token_states.get(t) is not None for t in texts):
+                break
+            time.sleep(0.05)
+        again = search()
+        assert [t for t, _ in again] == [t for t, _ in late]
+        assert [score for _, score in again] == pytest.approx([score for _, score in late])
 
 
 def test_the_weight_is_checked() -> None:
@@ -185,3 +199,29 @@ def test_the_weight_is_checked() -> None:
         with pytest.raises(ValidationError) as raised:
             RankingConfig(late_weight=wrong)
         assert raised.value.field == "ranking.late_weight"
+
+
+class _Slow(_Held):
+    """States computed one text a call, each taking a while."""
+
+    def states_of(self, texts: Sequence[str]) -> list[States | None]:
+        time.sleep(0.05)
+        return super().states_of(texts)
+
+
+def test_closing_stops_the_background_after_the_text_in_hand() -> None:
+    held = _Slow({"query": _states([1, 0]), "x": _states([1, 0]), "y": _states([0, 1])})
+    texts = {"x": "x", "y": "y"} | {f"m{n}": f"unheld {n}" for n in range(40)}
+    ranked = [Scored(i, 0.5, 0.5, None) for i in texts]
+    rerank = LateRerank(held)
+    rerank.reranked(ranked, "query", _reader(texts), 0.2)
+    deadline = time.monotonic() + 5
+    while not held.asked and time.monotonic() < deadline:
+        time.sleep(0.005)
+    began = time.monotonic()
+    rerank.close()
+    # 40 texts of 50 ms each would take 2 s; close waited for the one in hand.
+    assert time.monotonic() - began < 0.5
+    assert 1 <= len(held.asked) < 40
+    rerank.reranked(ranked, "query", _reader(texts), 0.2)  # closed: nothing more is computed
+    assert len(held.asked) < 40

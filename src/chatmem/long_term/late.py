@@ -47,6 +47,7 @@ class LateRerank:
         self._filling: set[str] = set()
         self._lock = threading.Lock()
         self._filler: ThreadPoolExecutor | None = None
+        self._closed = threading.Event()
 
     def reranked(
         self, ranked: list[ranking.Scored], query: str, read: Reader, weight: float
@@ -80,6 +81,8 @@ class LateRerank:
 
     def _fill(self, texts: list[str]) -> None:
         """Compute ``texts``' states in the background, once each at a time."""
+        if self._closed.is_set():
+            return
         with self._lock:
             todo = [t for t in texts if t not in self._filling]
             if not todo:
@@ -97,13 +100,19 @@ class LateRerank:
                 self._filling.difference_update(todo)
 
     def _compute(self, texts: list[str]) -> None:
+        """One text a model call, until done or closed: ``close`` waits for one at most."""
         try:
-            self._embedder.states_of(texts)
+            for text in texts:
+                if self._closed.is_set():
+                    return
+                self._embedder.states_of([text])
         finally:
             with self._lock:
                 self._filling.difference_update(texts)
 
     def close(self) -> None:
+        """Stop computing states: the text being embedded finishes, the rest are dropped."""
+        self._closed.set()
         with self._lock:
             filler, self._filler = self._filler, None
         if filler is not None:
