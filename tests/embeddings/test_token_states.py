@@ -74,3 +74,13 @@ def test_no_states_are_kept_with_no_budget() -> None:
 def _pieces(embedder: LocalEmbedder, text: str) -> list[str]:
     tokens: list[str] = embedder._model()[1].encode(text).tokens
     return tokens
+
+
+def test_the_states_held_stay_within_their_budget() -> None:
+    embedder = LocalEmbedder(token_bytes=64 * 1024)
+    texts = [f"Ana: on day {n} I practised the cello for {n} hours" for n in range(40)]
+    embedder.embed(texts)
+    held = embedder.token_states
+    assert 0 < held.bytes <= held.max_bytes
+    assert 0 < len(held) < len(texts)  # the oldest were let go for the newest
+    assert held.get(texts[-1]) is not None and held.get(texts[0]) is None
