@@ -262,14 +262,15 @@ def favour_named(
 
 
 def favour(head: list[Scored], extra: Mapping[str, float]) -> list[Scored]:
-    """``head`` reordered by each memory's score plus its ``extra`` (by id); ties keep
-    ``head``'s order. A score stays within [0, 1] as reported; the order follows the sum."""
+    """``head`` reordered by each memory's score plus its ``extra`` (by id, negative takes
+    off); ties keep ``head``'s order. A score stays within [0, 1] as reported; the order
+    follows the sum."""
     if not extra:
         return head
     ordered = []
     for place, s in enumerate(head):
         total = s.score + extra.get(s.id, 0.0)
-        ordered.append((-total, place, s._replace(score=min(total, 1.0))))
+        ordered.append((-total, place, s._replace(score=min(max(total, 0.0), 1.0))))
     ordered.sort(key=lambda t: (t[0], t[1]))
     return [t[2] for t in ordered]
 

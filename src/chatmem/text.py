@@ -246,10 +246,13 @@ def embedding_text(record: MemoryRecord) -> str:
     text = record.content.raw
     if record.content.summary:
         text = f"{text}\n{record.content.summary}"
-    context = record.context
-    if context is not None and context.speaker:
-        text = f"{context.speaker}: {text}"
-    return text
+    return said_text(record.context.speaker if record.context else None, text)
+
+
+def said_text(speaker: str | None, text: str) -> str:
+    """``text`` as its ``speaker`` said it, as ``embedding_text`` embeds a memory: the late
+    rerank finds a memory's word-piece states by it (``long_term.late``)."""
+    return f"{speaker}: {text}" if speaker else text
 
 
 #: The parts of a text too long for one memory are at most this many characters (about

@@ -17,10 +17,11 @@ from chatmem import LongTermMemory, RankingConfig
 from chatmem.embeddings import LocalEmbedder
 from chatmem.embeddings.tokens import States, TokenStates, late_scores, packed
 from chatmem.errors import ValidationError
-from chatmem.long_term.late import LateRerank, said_text
+from chatmem.long_term.late import LateRerank
 from chatmem.ranking import SPEAKER_READ, Scored
 from chatmem.stores import SQLiteStore
 from chatmem.stores.base import Head
+from chatmem.text import said_text
 
 CHAT = [
     ("Omar", "Practiced the cello for two hours, my fingers hurt."),

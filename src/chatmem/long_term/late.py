@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 from chatmem import ranking
 from chatmem.embeddings.tokens import States, TokenStates, late_scores
 from chatmem.long_term.choosing import Reader
+from chatmem.text import said_text
 from chatmem.threads import lower_priority
 
 #: How many of a ranking's first memories the rerank reorders.
@@ -31,11 +32,6 @@ class KeepsStates(Protocol):
     token_states: TokenStates
 
     def states_of(self, texts: Sequence[str]) -> list[States | None]: ...
-
-
-def said_text(speaker: str | None, text: str) -> str:
-    """The text a memory was embedded as (``text.embedding_text`` without a summary)."""
-    return f"{speaker}: {text}" if speaker else text
 
 
 class LateRerank:
@@ -61,7 +57,7 @@ class LateRerank:
             return ranked
         head = ranked[:LATE_DEPTH]
         heads = read([s.id for s in head])
-        texts = {i: said_text(h.speaker, h.text) for i, h in heads.items()}
+        texts = {i: said_text(h.speaker, h.text) for i, h in heads.items()}  # summaries aside
         held_states = {i: held.get(t) for i, t in texts.items()}
         self._fill([texts[i] for i, found in held_states.items() if found is None])
         have = [s.id for s in head if held_states.get(s.id) is not None]
@@ -72,12 +68,7 @@ class LateRerank:
         # taken off); one without states counts as the mean: it keeps its score.
         mean = float(matches.mean())
         extra = {i: weight * (float(m) - mean) for i, m in zip(have, matches, strict=True)}
-        ordered = sorted(
-            ((-(s.score + extra.get(s.id, 0.0)), place, s) for place, s in enumerate(head)),
-            key=lambda t: (t[0], t[1]),
-        )
-        moved = [s._replace(score=min(max(-total, 0.0), 1.0)) for total, _, s in ordered]
-        return moved + ranked[len(head) :]
+        return ranking.favour(head, extra) + ranked[len(head) :]
 
     def _fill(self, texts: list[str]) -> None:
         """Compute ``texts``' states in the background, once each at a time."""
