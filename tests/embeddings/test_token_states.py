@@ -84,3 +84,18 @@ def test_the_states_held_stay_within_their_budget() -> None:
     assert 0 < held.bytes <= held.max_bytes
     assert 0 < len(held) < len(texts)  # the oldest were let go for the newest
     assert held.get(texts[-1]) is not None and held.get(texts[0]) is None
+
+
+def test_states_kept_as_bytes_come_back_only_for_their_own_text() -> None:
+    rng = np.random.default_rng(3)
+    states = packed(rng.standard_normal((5, 384)).astype(np.float32), [0, 2, 3])
+    assert states is not None
+    blob = states.to_bytes("Omar: I play the cello")
+    back = States.from_bytes(blob, "Omar: I play the cello")
+    assert back is not None
+    assert np.array_equal(back.rows, states.rows) and np.array_equal(back.scales, states.scales)
+    # Another text (a memory edited since), a cut blob or another format: nothing.
+    assert States.from_bytes(blob, "Omar: I play the cello!") is None
+    assert States.from_bytes(blob[:-1], "Omar: I play the cello") is None
+    assert States.from_bytes(blob[:5], "Omar: I play the cello") is None
+    assert States.from_bytes(b"X9" + blob[2:], "Omar: I play the cello") is None

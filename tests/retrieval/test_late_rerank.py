@@ -5,6 +5,7 @@ in the background."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from chatmem.embeddings.tokens import States, TokenStates, late_scores, packed
 from chatmem.errors import ValidationError
 from chatmem.long_term.late import LateRerank
 from chatmem.ranking import SPEAKER_READ, Scored
+from chatmem.records import Filter
 from chatmem.stores import SQLiteStore
 from chatmem.stores.base import Head
 from chatmem.text import said_text
@@ -34,6 +36,7 @@ CHAT = [
 ]
 QUESTION = "Which instruments does Omar play?"
 SAID = datetime(2024, 5, 1, tzinfo=UTC)
+SCOPE = Filter(tenant_id="default", user_id="u")
 
 
 class _Held:
@@ -57,6 +60,12 @@ def _states(*rows: list[float]) -> States:
     return found
 
 
+@pytest.fixture
+def store(tmp_path: Path) -> SQLiteStore:
+    """A store that holds none of the memories a test ranks: no states are kept."""
+    return SQLiteStore(tmp_path / "empty.db")
+
+
 def _reader(texts: dict[str, str]) -> Callable[[list[str]], dict[str, Head]]:
     def read(ids: list[str]) -> dict[str, Head]:
         return {i: Head(None, texts[i], 0.5, SAID, None, None, False) for i in ids if i in texts}
@@ -64,7 +73,7 @@ def _reader(texts: dict[str, str]) -> Callable[[list[str]], dict[str, Head]]:
     return read
 
 
-def test_what_matches_the_query_word_by_word_gains_on_its_score() -> None:
+def test_what_matches_the_query_word_by_word_gains_on_its_score(store: SQLiteStore) -> None:
     held = _Held(
         {
             "query": _states([1, 0, 0], [0, 1, 0]),
@@ -80,7 +89,7 @@ def test_what_matches_the_query_word_by_word_gains_on_its_score() -> None:
         Scored("missing", 0.50, 0.5, None),
     ]
     read = _reader({"a": "no word", "b": "one word", "c": "both words", "missing": "unheld"})
-    out = LateRerank(held).reranked(ranked, "query", read, 0.2)
+    out = LateRerank(held, store).reranked(ranked, "query", SCOPE, read, 0.2)
     # The mean match of the three held is 0.5: +0.1 for "both words", -0.1 for "no word".
     assert [(s.id, round(s.score, 4)) for s in out] == [
         ("c", 0.62),
@@ -95,22 +104,22 @@ def test_what_matches_the_query_word_by_word_gains_on_its_score() -> None:
     assert held.asked == ["unheld"]
 
 
-def test_nothing_moves_without_the_query_s_states_or_with_no_weight() -> None:
+def test_nothing_moves_without_the_query_s_states_or_with_no_weight(store: SQLiteStore) -> None:
     held = _Held({"query": _states([1, 0]), "x": _states([1, 0]), "y": _states([0, 1])})
     ranked = [Scored("y", 0.6, 0.6, None), Scored("x", 0.59, 0.5, None)]
     read = _reader({"x": "x", "y": "y"})
-    rerank = LateRerank(held)
-    assert rerank.reranked(ranked, "query", read, 0.0) == ranked
-    assert rerank.reranked(ranked, "another query", read, 0.2) == ranked
-    assert [s.id for s in rerank.reranked(ranked, "query", read, 0.2)] == ["x", "y"]
+    rerank = LateRerank(held, store)
+    assert rerank.reranked(ranked, "query", SCOPE, read, 0.0) == ranked
+    assert rerank.reranked(ranked, "another query", SCOPE, read, 0.2) == ranked
+    assert [s.id for s in rerank.reranked(ranked, "query", SCOPE, read, 0.2)] == ["x", "y"]
 
 
-def test_only_the_first_memories_are_reordered() -> None:
+def test_only_the_first_memories_are_reordered(store: SQLiteStore) -> None:
     texts = {f"m{n}": "far" for n in range(SPEAKER_READ + 5)}
     texts[f"m{SPEAKER_READ + 1}"] = "near"
     held = _Held({"query": _states([1, 0]), "far": _states([0, 1]), "near": _states([1, 0])})
     ranked = [Scored(f"m{n}", 0.9 - n / 100, 0.5, None) for n in range(SPEAKER_READ + 5)]
-    out = LateRerank(held).reranked(ranked, "query", _reader(texts), 1.0)
+    out = LateRerank(held, store).reranked(ranked, "query", SCOPE, _reader(texts), 1.0)
     # Every one of the head matches alike: none moves; the near one past it is not read.
     assert [s.id for s in out] == [s.id for s in ranked]
 
@@ -126,7 +135,7 @@ def _memory(path: Path, embedder: LocalEmbedder, weight: float) -> LongTermMemor
 def omar(tmp_path: Path) -> tuple[Path, LocalEmbedder]:
     embedder = LocalEmbedder()
     path = tmp_path / "omar.db"
-    with _memory(path, embedder, 0.0) as memory:
+    with _memory(path, embedder, 0.2) as memory:
         for speaker, text in CHAT:
             memory.add(
                 [{"role": "user", "name": speaker, "content": text}], user_id="u", session_id="s"
@@ -163,6 +172,34 @@ def test_a_search_adds_each_memory_s_match_above_the_mean_to_its_score(
     assert [t for t, _ in late] != sorted(plain, key=lambda t: -plain[t])
 
 
+def _restarted(embedder: LocalEmbedder, question: str) -> None:
+    """As after a restart: the question's states are held, no memory's are."""
+    kept = embedder.token_states
+    embedder.token_states = TokenStates()
+    embedder.token_states.put(question, kept.get(question))
+
+
+def _kept_states(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM memory_word_states").fetchone()[0])
+
+
+def test_a_new_process_ranks_as_the_one_that_embedded_the_memories(
+    omar: tuple[Path, LocalEmbedder],
+) -> None:
+    path, embedder = omar
+    question = "what music does he make?"
+    late = _search(path, embedder, 0.2, question)
+    plain = _search(path, embedder, 0.0, question)
+    assert [t for t, _ in late] != [t for t, _ in plain]
+    assert _kept_states(path) == len(CHAT)
+    _restarted(embedder, question)
+    # The first search of the new process reads the states kept beside the memories.
+    first = _search(path, embedder, 0.2, question)
+    assert [t for t, _ in first] == [t for t, _ in late]
+    assert [score for _, score in first] == pytest.approx([score for _, score in late])
+
+
 def test_memories_without_states_keep_their_places_until_computed(
     omar: tuple[Path, LocalEmbedder],
 ) -> None:
@@ -172,11 +209,10 @@ def test_memories_without_states_keep_their_places_until_computed(
     question = "what music does he make?"
     late = _search(path, embedder, 0.2, question)
     plain = _search(path, embedder, 0.0, question)
-    assert [t for t, _ in late] != [t for t, _ in plain]
-    kept = embedder.token_states
-    # As after a restart: the query's states are held, no memory's are.
-    embedder.token_states = TokenStates()
-    embedder.token_states.put(question, kept.get(question))
+    # As a store written before states were kept: none is held, none kept.
+    _restarted(embedder, question)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM memory_word_states")
     texts = [said_text(speaker, text) for speaker, text in CHAT]
     with _memory(path, embedder, 0.2) as memory:  # one process, as a service is
 
@@ -193,6 +229,27 @@ def test_memories_without_states_keep_their_places_until_computed(
         again = search()
         assert [t for t, _ in again] == [t for t, _ in late]
         assert [score for _, score in again] == pytest.approx([score for _, score in late])
+    # What was computed is kept (closing wrote what the background had not yet).
+    assert _kept_states(path) == len(CHAT)
+
+
+def test_states_go_with_their_memory_and_an_edit_replaces_them(
+    omar: tuple[Path, LocalEmbedder],
+) -> None:
+    path, embedder = omar
+    with _memory(path, embedder, 0.2) as memory:
+        found = {r.text: r for r in memory.list(SCOPE).records}
+        guitar = found["Bought new strings for my old guitar today."]
+        memory.update(guitar.id, "Sold my old guitar today.", user_id="u")
+    with _memory(path, embedder, 0.2) as memory:
+        kept = memory.store.word_states([guitar.id], SCOPE)
+        assert States.from_bytes(kept[guitar.id], "Omar: Sold my old guitar today.") is not None
+        assert States.from_bytes(kept[guitar.id], "Omar: " + guitar.text) is None
+        memory.delete(guitar.id, user_id="u")
+        assert memory.store.word_states([guitar.id], SCOPE) == {}
+        assert _kept_states(path) == len(CHAT) - 1
+        memory.delete_all(SCOPE)
+    assert _kept_states(path) == 0
 
 
 def test_the_weight_is_checked() -> None:
@@ -210,12 +267,12 @@ class _Slow(_Held):
         return super().states_of(texts)
 
 
-def test_closing_stops_the_background_after_the_text_in_hand() -> None:
+def test_closing_stops_the_background_after_the_text_in_hand(store: SQLiteStore) -> None:
     held = _Slow({"query": _states([1, 0]), "x": _states([1, 0]), "y": _states([0, 1])})
     texts = {"x": "x", "y": "y"} | {f"m{n}": f"unheld {n}" for n in range(40)}
     ranked = [Scored(i, 0.5, 0.5, None) for i in texts]
-    rerank = LateRerank(held)
-    rerank.reranked(ranked, "query", _reader(texts), 0.2)
+    rerank = LateRerank(held, store)
+    rerank.reranked(ranked, "query", SCOPE, _reader(texts), 0.2)
     deadline = time.monotonic() + 5
     while not held.asked and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -224,5 +281,32 @@ def test_closing_stops_the_background_after_the_text_in_hand() -> None:
     # 40 texts of 50 ms each would take 2 s; close waited for the one in hand.
     assert time.monotonic() - began < 0.5
     assert 1 <= len(held.asked) < 40
-    rerank.reranked(ranked, "query", _reader(texts), 0.2)  # closed: nothing more is computed
+    rerank.reranked(ranked, "query", SCOPE, _reader(texts), 0.2)  # closed: nothing more is computed
     assert len(held.asked) < 40
+
+
+def test_closing_writes_the_states_not_yet_kept(omar: tuple[Path, LocalEmbedder]) -> None:
+    path, _ = omar
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM memory_word_states")
+    store = SQLiteStore(path)
+    records = store.list(SCOPE).records
+    said = {said_text(r.context.speaker if r.context else None, r.text) for r in records}
+    held = _Slow({"query": _states([1, 0])} | {t: _states([0, 1]) for t in said})
+    texts = {f"m{n}": f"unheld {n}" for n in range(40)}
+    rerank = LateRerank(held, store)
+    # The background is busy computing 40 texts when the memories' states are handed over.
+    rerank.reranked([Scored(i, 0.5, 0.5, None) for i in texts], "query", SCOPE, _reader(texts), 0.2)
+    rerank.stored(records)
+    rerank.close()
+    kept = store.word_states([r.id for r in records], SCOPE)
+    store.close()
+    assert len(kept) == len(records) == len(CHAT)
+    assert len(held.asked) < 40
+
+
+def test_without_the_rerank_no_states_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "plain.db"
+    with _memory(path, LocalEmbedder(), 0.0) as memory:
+        memory.add("I play the cello.", user_id="u")
+    assert _kept_states(path) == 0

@@ -14,6 +14,8 @@ between float32 and int8 states (docs/benchmarks.md, "Words matched one by one")
 
 from __future__ import annotations
 
+import hashlib
+import struct
 import sys
 from collections.abc import Sequence
 
@@ -55,6 +57,37 @@ class States:
     def unpacked(self) -> npt.NDArray[np.float32]:
         """The rows as float32, each of (about) unit length."""
         return self.rows.astype(np.float32) * self.scales[:, None]
+
+    def to_bytes(self, text: str) -> bytes:
+        """These states as a store keeps them, marked with the ``text`` they are of."""
+        count, dimension = self.rows.shape
+        header = _HEADER.pack(_FORMAT, digest(text), count, dimension)
+        return header + self.scales.astype("<f4").tobytes() + self.rows.tobytes()
+
+    @classmethod
+    def from_bytes(cls, blob: bytes, text: str) -> States | None:
+        """The states ``to_bytes`` wrote, if they are of ``text`` (a memory edited since
+        has others) and whole; else None."""
+        if len(blob) < _HEADER.size:
+            return None
+        kind, marked, count, dimension = _HEADER.unpack_from(blob)
+        start = _HEADER.size + 4 * count
+        if kind != _FORMAT or marked != digest(text) or len(blob) != start + count * dimension:
+            return None
+        scales = np.frombuffer(blob, dtype="<f4", count=count, offset=_HEADER.size)
+        rows = np.frombuffer(blob, dtype=np.int8, offset=start).reshape(count, dimension)
+        return cls(rows, scales.astype(np.float32))
+
+
+#: A stored blob: its format, the digest of its text, rows and dimension; then the scales
+#: (float32, little-endian) and the int8 rows.
+_HEADER = struct.Struct("<2s8sHH")
+_FORMAT = b"S1"
+
+
+def digest(text: str) -> bytes:
+    """Eight bytes that tell ``text`` from any other (for states kept apart from it)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
 
 
 def kept(pieces: Sequence[str]) -> list[int]:

@@ -69,7 +69,7 @@ class LongTermMemory:
     ) -> None:
         self.store = store
         self.embedder = embedder
-        self._late = LateRerank(embedder) if isinstance(embedder, KeepsStates) else None
+        self._late = LateRerank(embedder, store) if isinstance(embedder, KeepsStates) else None
         self.ranking = ranking_config
         self.context_window = context_window
         self._embedding = EmbeddingInfo(model=embedder.model, dimension=embedder.dimension)
@@ -156,7 +156,13 @@ class LongTermMemory:
         stamped = [r.model_copy(update={"embedding": self._embedding}) for r in records]
         self.store.put([Entry(r, v) for r, v in zip(stamped, vectors, strict=True)])
         self._speakers.saw(stamped)
+        self._keep_states(stamped)
         return stamped
+
+    def _keep_states(self, records: Sequence[MemoryRecord]) -> None:
+        """Keep what the late rerank reads of ``records`` in the store, when it reranks."""
+        if self._late is not None and self.ranking.late_weight > 0:
+            self._late.stored(records)
 
     def update(
         self,
@@ -215,6 +221,8 @@ class LongTermMemory:
         if text is not None and text != old.content.raw:
             vector = self.embedder.embed([textlib.embedding_text(new)])[0]
         self.store.update([Change(new, vector, old.metadata.version, reason)])
+        if vector is not None:
+            self._keep_states([new])
         return new
 
     def delete(
@@ -364,7 +372,7 @@ class LongTermMemory:
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
         ranked = self._favour(ranking.fuse(candidates, self.ranking), query, names, scope, k, read)
         if self._late is not None:
-            ranked = self._late.reranked(ranked, query, read, self.ranking.late_weight)
+            ranked = self._late.reranked(ranked, query, scope, read, self.ranking.late_weight)
         # The threshold holds for the scores as reported, the bonuses and the late rerank's
         # moves in them: a score a search gave, asked as a threshold, keeps its memory.
         return ranking.select(ranked, len(ranked), threshold), current_only

@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
@@ -269,6 +269,18 @@ class MemoryStore(ABC):
     @abstractmethod
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
         """The stored vectors of these ids (for export)."""
+
+    def word_states(self, ids: Sequence[str], scope: Filter) -> dict[str, bytes]:
+        """The word-piece states kept beside these ids' memories within ``scope`` (blobs of
+        ``embeddings.tokens.States.to_bytes``), by id. None here: a store that keeps none
+        leaves the late rerank to compute them again in each process (``long_term.late``)."""
+        return {}
+
+    def put_word_states(self, states: Mapping[str, bytes], scope: Filter) -> None:
+        """Keep ``states`` (blobs by memory id) beside their memories within ``scope``'s
+        user, in place of any kept; an id gone since, or outside ``scope``, is skipped.
+        Deleting a memory deletes its states. Nothing here (see ``word_states``)."""
+        return None
 
     @abstractmethod
     def search(self, query: SearchQuery) -> builtins.list[Candidate]:

@@ -28,7 +28,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -343,6 +343,12 @@ class CachedStore(MemoryStore):
 
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
         return self.inner.vectors(ids, scope)
+
+    def word_states(self, ids: Sequence[str], scope: Filter) -> dict[str, bytes]:
+        return self.inner.word_states(ids, scope)
+
+    def put_word_states(self, states: Mapping[str, bytes], scope: Filter) -> None:
+        self.inner.put_word_states(states, scope)
 
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
         return self.inner.list(scope, limit, cursor)

@@ -7,6 +7,8 @@ index, fixed when an embedding model is bound.
   weighted ``tsvector`` of ``text.index_fields``) and ``embedding`` (a pgvector ``vector``).
 - ``memory_history``: every add, update and delete, with the record before and after.
 - ``chatmem_meta``: the bound embedding model.
+- ``memory_word_states``: the word-piece states of a memory's text, by its ``seq``; deleted
+  with their memory, and when its vector changes.
 """
 
 from __future__ import annotations
@@ -79,6 +81,14 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX memories_by_session ON {schema}.memories (tenant_id, user_id, session_id, seq)
         WHERE session_id IS NOT NULL AND type = 'episodic';
+    """,
+    # The word-piece states of a memory's text (``embeddings.tokens``), for the late
+    # rerank: kept so that every process ranks as the one that embedded the memory did.
+    """
+    CREATE TABLE {schema}.memory_word_states (
+        seq BIGINT PRIMARY KEY REFERENCES {schema}.memories (seq) ON DELETE CASCADE,
+        states BYTEA NOT NULL
+    );
     """,
 )
 #: user_metadata keys with an index (migration 2); a filter on one of them names the key in

@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -250,6 +250,33 @@ class PostgresStore(MemoryStore):
                 params,
             ).fetchall()
         return {memory_id: np.asarray(values, dtype=np.float32) for memory_id, values in rows}
+
+    def word_states(self, ids: Sequence[str], scope: Filter) -> dict[str, bytes]:
+        if not ids:
+            return {}
+        conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
+        with self._transaction() as conn:
+            rows = conn.execute(
+                f"SELECT m.id, w.states FROM {self._memories} AS m"
+                f" JOIN {self.schema}.memory_word_states AS w ON w.seq = m.seq"
+                f" WHERE {conditions}",
+                params,
+            ).fetchall()
+        return {memory_id: bytes(states) for memory_id, states in rows}
+
+    def put_word_states(self, states: Mapping[str, bytes], scope: Filter) -> None:
+        if not states:
+            return
+        user = scope.require_user()
+        # One statement a memory, through its row: an id deleted meanwhile inserts nothing.
+        with self._transaction() as conn, conn.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {self.schema}.memory_word_states (seq, states)"
+                f" SELECT m.seq, %s FROM {self._memories} AS m"
+                " WHERE m.id = %s AND m.tenant_id = %s AND m.user_id = %s"
+                " ON CONFLICT (seq) DO UPDATE SET states = EXCLUDED.states",
+                [(blob, i, scope.tenant_id, user) for i, blob in states.items()],
+            )
 
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
         check_count(limit, "limit")

@@ -126,6 +126,12 @@ def apply_change(conn: Connection, schema: str, change: Change) -> Event:
         " WHERE id = %s",
         (*_columns(new)[3:], *_search_fields(new), change.vector, new.id),
     )
+    if change.vector is not None:  # states of the old text
+        conn.execute(
+            f"DELETE FROM {schema}.memory_word_states"
+            f" WHERE seq = (SELECT seq FROM {schema}.memories WHERE id = %s)",
+            (new.id,),
+        )
     return HistoryEvent.UPDATE, record_of(body), new, change.reason
 
 

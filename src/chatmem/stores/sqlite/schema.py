@@ -11,6 +11,8 @@ its keyword shard.
   ``text.index_fields``, sharded by user (``FTS_SHARDS``), plus a per-user token column so a
   keyword search never scores another user's rows.
 - ``memory_history``: every add, update and delete, with the record before and after.
+- ``memory_word_states``: the word-piece states of a memory's text, by the row's ``rowid``
+  (``put_word_states``); deleted with their memory, and replaced when its vector is.
 """
 
 from __future__ import annotations
@@ -144,6 +146,11 @@ MIGRATIONS: tuple[str, ...] = (
     ) WITHOUT ROWID;
     ALTER TABLE user_versions ADD COLUMN removals_from INTEGER NOT NULL DEFAULT 0;
     UPDATE user_versions SET removals_from = changed;
+    """,
+    # The word-piece states of a memory's text (``embeddings.tokens``), for the late
+    # rerank: kept so that a new process ranks as the one that embedded the memory did.
+    """
+    CREATE TABLE memory_word_states (rowid INTEGER PRIMARY KEY, states BLOB NOT NULL);
     """,
 )
 #: user_metadata keys with an index (migration 3); a filter on one of them is written with

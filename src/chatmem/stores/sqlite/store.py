@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -207,6 +207,34 @@ class SQLiteStore(MemoryStore):
                 params,
             ).fetchall()
         return {memory_id: np.frombuffer(blob, dtype=np.float32).copy() for memory_id, blob in rows}
+
+    def word_states(self, ids: Sequence[str], scope: Filter) -> dict[str, bytes]:
+        if not ids:
+            return {}
+        conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
+        with self._file.read() as conn:
+            rows = conn.execute(
+                f"SELECT m.id, w.states FROM memories AS m"
+                f" JOIN memory_word_states AS w ON w.rowid = m.rowid WHERE {conditions}",
+                params,
+            ).fetchall()
+        return dict(rows)
+
+    def put_word_states(self, states: Mapping[str, bytes], scope: Filter) -> None:
+        if not states:
+            return
+        conditions, params = where(scope.model_copy(update={"ids": tuple(states)}))
+
+        def keep(conn: sqlite3.Connection) -> None:
+            rowids = conn.execute(
+                f"SELECT m.id, m.rowid FROM memories AS m WHERE {conditions}", params
+            ).fetchall()
+            conn.executemany(
+                "INSERT OR REPLACE INTO memory_word_states VALUES (?, ?)",
+                [(rowid, states[memory_id]) for memory_id, rowid in rowids],
+            )
+
+        self._file.write(keep)
 
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
         check_count(limit, "limit")

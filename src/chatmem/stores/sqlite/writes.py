@@ -139,6 +139,7 @@ def apply_change(conn: sqlite3.Connection, change: Change) -> None:
             "UPDATE memory_vectors SET embedding = ? WHERE rowid = ?",
             (blob(change.vector), rowid),
         )
+        conn.execute("DELETE FROM memory_word_states WHERE rowid = ?", (rowid,))
         _bump(conn, new, "changed")
     conn.execute(f"DELETE FROM {fts_of(new)} WHERE rowid = ?", (rowid,))
     _index_text(conn, rowid, new)
@@ -150,12 +151,13 @@ REMOVALS_KEPT = 2000
 
 
 def remove(conn: sqlite3.Connection, rows: Sequence[tuple[int, str]], reason: str | None) -> None:
-    """Delete the ``(rowid, body)`` rows with their vectors and keyword rows, each logged
+    """Delete the ``(rowid, body)`` rows with their vectors, word-piece states and keyword
+    rows, each logged
     in ``memory_removals`` at its user's new ``changed`` count."""
     for rowid, body in rows:
         gone = record_of(body)
         conn.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
-        for table in ("memory_vectors", fts_of(gone)):
+        for table in ("memory_vectors", "memory_word_states", fts_of(gone)):
             conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
         _log_removal(conn, gone, rowid)
         _add_history(conn, gone, HistoryEvent.DELETE, body, None, reason)
