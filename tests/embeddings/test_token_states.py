@@ -3,11 +3,21 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 
 from chatmem.embeddings import LocalEmbedder
-from chatmem.embeddings.tokens import STOPWORDS, States, kept, late_scores, packed
+from chatmem.embeddings.tokens import (
+    MAX_ROWS,
+    STOPWORDS,
+    States,
+    digest,
+    kept,
+    late_scores,
+    packed,
+)
 
 
 def _states(*rows: list[float]) -> States:
@@ -90,12 +100,32 @@ def test_states_kept_as_bytes_come_back_only_for_their_own_text() -> None:
     rng = np.random.default_rng(3)
     states = packed(rng.standard_normal((5, 384)).astype(np.float32), [0, 2, 3])
     assert states is not None
-    blob = states.to_bytes("Omar: I play the cello")
-    back = States.from_bytes(blob, "Omar: I play the cello")
+    text = "Omar: I play the cello"
+    blob = states.to_bytes(text)
+    back = States.from_bytes(blob, text, 384)
     assert back is not None
     assert np.array_equal(back.rows, states.rows) and np.array_equal(back.scales, states.scales)
-    # Another text (a memory edited since), a cut blob or another format: nothing.
-    assert States.from_bytes(blob, "Omar: I play the cello!") is None
-    assert States.from_bytes(blob[:-1], "Omar: I play the cello") is None
-    assert States.from_bytes(blob[:5], "Omar: I play the cello") is None
-    assert States.from_bytes(b"X9" + blob[2:], "Omar: I play the cello") is None
+    # Another text (a memory edited since), another model's width, a cut blob, another
+    # format: nothing.
+    assert States.from_bytes(blob, text + "!", 384) is None
+    assert States.from_bytes(blob, text, 768) is None
+    assert States.from_bytes(blob[:-1], text, 384) is None
+    assert States.from_bytes(blob[:5], text, 384) is None
+    assert States.from_bytes(b"X9" + blob[2:], text, 384) is None
+
+
+def _forged(count: int, width: int, scales: list[float], text: str) -> bytes:
+    """A blob with a right header for ``text`` and whatever else."""
+    header = struct.pack("<2s8sHH", b"S1", digest(text), count, width)
+    return header + np.array(scales, dtype="<f4").tobytes() + bytes(count * width)
+
+
+def test_bytes_that_are_not_whole_states_give_none_never_an_error() -> None:
+    text = "Omar: hi"
+    assert States.from_bytes(_forged(1, 384, [0.01], text), text, 384) is not None
+    assert States.from_bytes(_forged(0, 384, [], text), text, 384) is None
+    assert States.from_bytes(_forged(1, 0, [0.01], text), text, 0) is None
+    assert States.from_bytes(_forged(1, 384, [float("nan")], text), text, 384) is None
+    too_many = MAX_ROWS + 1
+    assert States.from_bytes(_forged(too_many, 384, [0.01] * too_many, text), text, 384) is None
+    assert States.from_bytes("not bytes", text, 384) is None  # type: ignore[arg-type]

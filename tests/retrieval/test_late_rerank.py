@@ -17,8 +17,11 @@ import pytest
 from chatmem import LongTermMemory, RankingConfig
 from chatmem.embeddings import LocalEmbedder
 from chatmem.embeddings.tokens import States, TokenStates, late_scores, packed
-from chatmem.errors import ValidationError
+from chatmem.errors import StoreError, ValidationError
+from chatmem.extraction.base import Fact
 from chatmem.long_term.late import LateRerank
+from chatmem.long_term.write_policy import WritePolicy
+from chatmem.messages import SessionKey
 from chatmem.ranking import SPEAKER_READ, Scored
 from chatmem.records import Filter
 from chatmem.stores import SQLiteStore
@@ -243,8 +246,8 @@ def test_states_go_with_their_memory_and_an_edit_replaces_them(
         memory.update(guitar.id, "Sold my old guitar today.", user_id="u")
     with _memory(path, embedder, 0.2) as memory:
         kept = memory.store.word_states([guitar.id], SCOPE)
-        assert States.from_bytes(kept[guitar.id], "Omar: Sold my old guitar today.") is not None
-        assert States.from_bytes(kept[guitar.id], "Omar: " + guitar.text) is None
+        assert States.from_bytes(kept[guitar.id], "Omar: Sold my old guitar today.", 384)
+        assert States.from_bytes(kept[guitar.id], "Omar: " + guitar.text, 384) is None
         memory.delete(guitar.id, user_id="u")
         assert memory.store.word_states([guitar.id], SCOPE) == {}
         assert _kept_states(path) == len(CHAT) - 1
@@ -310,3 +313,44 @@ def test_without_the_rerank_no_states_are_kept(tmp_path: Path) -> None:
     with _memory(path, LocalEmbedder(), 0.0) as memory:
         memory.add("I play the cello.", user_id="u")
     assert _kept_states(path) == 0
+
+
+def test_facts_the_write_policy_stores_or_updates_keep_their_states(tmp_path: Path) -> None:
+    path = tmp_path / "facts.db"
+    key = SessionKey("default", "u", "s1")
+    said = {"importance": 0.7, "confidence": 0.8, "subject": "budget"}
+    facts = [
+        Fact(text="User's budget is $10,000", structured={"amount": 10000}, **said),
+        # Same subject, same value: the policy updates the memory's text (a new vector).
+        Fact(text="User's budget is 10,000 dollars", structured={"amount": 10000}, **said),
+        # Same subject, another value: a new memory supersedes it.
+        Fact(text="User's budget is $12,000", structured={"amount": 12000}, **said),
+    ]
+    with _memory(path, LocalEmbedder(), 0.2) as memory:
+        for one in facts:
+            WritePolicy().apply(memory, key, [one])
+        records = memory.list(SCOPE).records
+    assert sorted(r.text for r in records) == sorted([facts[1].text, facts[2].text])
+    with _memory(path, LocalEmbedder(), 0.2) as memory:
+        kept = memory.store.word_states([r.id for r in records], SCOPE)
+    # Each fact's states are of its text as it stands now, whichever write made it.
+    assert all(States.from_bytes(kept[r.id], r.text, 384) is not None for r in records)
+
+
+class _Unreadable(SQLiteStore):
+    """A store whose kept states cannot be read (a database gone away)."""
+
+    def word_states(self, ids: Sequence[str], scope: Filter) -> dict[str, bytes]:
+        raise StoreError("the database went away")
+
+
+def test_a_store_that_fails_to_give_states_leaves_the_search_standing(tmp_path: Path) -> None:
+    held = _Held({"query": _states([1, 0]), "x": _states([1, 0]), "y": _states([0, 1])})
+    ranked = [Scored("y", 0.6, 0.6, None), Scored("x", 0.59, 0.5, None)]
+    texts = {"x": "x", "y": "y", "z": "unheld"}
+    rerank = LateRerank(held, _Unreadable(tmp_path / "gone.db"))
+    out = rerank.reranked(
+        [*ranked, Scored("z", 0.1, 0.1, None)], "query", SCOPE, _reader(texts), 0.2
+    )
+    rerank.close()
+    assert [s.id for s in out] == ["x", "y", "z"]

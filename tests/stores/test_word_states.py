@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from chatmem.errors import ValidationError
 from chatmem.records import Entry, Filter
 from chatmem.stores import Change, MemoryStore
 from tests.stores.conftest import DIM
@@ -32,6 +33,8 @@ def test_states_are_kept_per_memory_within_its_user(
     assert store.word_states([a.id, other.id], theirs) == {}
     store.put_word_states({a.id: b"a2"}, mine)
     assert store.word_states([a.id], mine) == {a.id: b"a2"}
+    with pytest.raises(ValidationError):  # states are written for one user at a time
+        store.put_word_states({a.id: b"a3"}, Filter(tenant_id=tenant))
 
 
 @pytest.mark.parametrize("edit", ["text", "fields"])

@@ -65,17 +65,26 @@ class States:
         return header + self.scales.astype("<f4").tobytes() + self.rows.tobytes()
 
     @classmethod
-    def from_bytes(cls, blob: bytes, text: str) -> States | None:
+    def from_bytes(cls, blob: bytes, text: str, dimension: int) -> States | None:
         """The states ``to_bytes`` wrote, if they are of ``text`` (a memory edited since
-        has others) and whole; else None."""
-        if len(blob) < _HEADER.size:
+        has others), of ``dimension`` and whole; else None, whatever the bytes."""
+        if not isinstance(blob, bytes | bytearray | memoryview) or len(blob) < _HEADER.size:
             return None
-        kind, marked, count, dimension = _HEADER.unpack_from(blob)
+        kind, marked, count, width = _HEADER.unpack_from(blob)
         start = _HEADER.size + 4 * count
-        if kind != _FORMAT or marked != digest(text) or len(blob) != start + count * dimension:
+        if (
+            kind != _FORMAT
+            or marked != digest(text)
+            or width != dimension
+            or not 1 <= count <= MAX_ROWS
+            or width < 1
+            or len(blob) != start + count * width
+        ):
             return None
         scales = np.frombuffer(blob, dtype="<f4", count=count, offset=_HEADER.size)
-        rows = np.frombuffer(blob, dtype=np.int8, offset=start).reshape(count, dimension)
+        if not np.isfinite(scales).all():
+            return None
+        rows = np.frombuffer(blob, dtype=np.int8, offset=start).reshape(count, width)
         return cls(rows, scales.astype(np.float32))
 
 

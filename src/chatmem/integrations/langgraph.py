@@ -384,6 +384,8 @@ class ChatmemStore(BaseStore):
         if text != old.content.raw:
             vector = self.long_term.embedder.embed([textlib.embedding_text(new)])[0]
         self.long_term.store.update([Change(new, vector, old.metadata.version, "langgraph put")])
+        if vector is not None:
+            self.long_term.keep_word_states([new])
 
     # -- search --------------------------------------------------------------------------------
 

@@ -516,6 +516,7 @@ def _write_insight(
     )
     vector = long_term.embedder.embed([textlib.embedding_text(new)])[0]
     long_term.store.update([Change(new, vector, previous.metadata.version, "new evidence")])
+    long_term.keep_word_states([new])
     return new
 
 

@@ -156,11 +156,13 @@ class LongTermMemory:
         stamped = [r.model_copy(update={"embedding": self._embedding}) for r in records]
         self.store.put([Entry(r, v) for r, v in zip(stamped, vectors, strict=True)])
         self._speakers.saw(stamped)
-        self._keep_states(stamped)
+        self.keep_word_states(stamped)
         return stamped
 
-    def _keep_states(self, records: Sequence[MemoryRecord]) -> None:
-        """Keep what the late rerank reads of ``records`` in the store, when it reranks."""
+    def keep_word_states(self, records: Sequence[MemoryRecord]) -> None:
+        """Keep in the store the word-piece states the late rerank reads of ``records``,
+        just written with a new vector, in the background (when it reranks): for a writer
+        that writes through ``store`` itself (the write policy, consolidation)."""
         if self._late is not None and self.ranking.late_weight > 0:
             self._late.stored(records)
 
@@ -222,7 +224,7 @@ class LongTermMemory:
             vector = self.embedder.embed([textlib.embedding_text(new)])[0]
         self.store.update([Change(new, vector, old.metadata.version, reason)])
         if vector is not None:
-            self._keep_states([new])
+            self.keep_word_states([new])
         return new
 
     def delete(

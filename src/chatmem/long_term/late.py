@@ -93,7 +93,7 @@ class LateRerank:
         held_states = {i: held.get(t) for i, t in texts.items()}
         missing = [i for i, found in held_states.items() if found is None]
         if missing:
-            held_states.update(self._read(missing, texts, scope))
+            held_states.update(self._read(missing, texts, scope, asked.rows.shape[1]))
         self._fill(scope, {i: texts[i] for i, found in held_states.items() if found is None})
         have = [s.id for s in head if held_states.get(s.id) is not None]
         if len(have) < 2:
@@ -105,12 +105,19 @@ class LateRerank:
         extra = {i: weight * (float(m) - mean) for i, m in zip(have, matches, strict=True)}
         return ranking.favour(head, extra) + ranked[len(head) :]
 
-    def _read(self, ids: list[str], texts: dict[str, str], scope: Filter) -> dict[str, States]:
+    def _read(
+        self, ids: list[str], texts: dict[str, str], scope: Filter, dimension: int
+    ) -> dict[str, States]:
         """The states the store keeps for ``ids``, those of the text each has now (held
         from now on)."""
+        try:
+            kept = self._store.word_states(ids, scope)
+        except ChatmemError as exc:  # boundary: states are derived, a search does without
+            logger.warning("word-piece states not read for user %r: %s", scope.user_id, exc)
+            return {}
         found = {}
-        for memory_id, blob in self._store.word_states(ids, scope).items():
-            states = States.from_bytes(blob, texts[memory_id])
+        for memory_id, blob in kept.items():
+            states = States.from_bytes(blob, texts[memory_id], dimension)
             if states is not None:
                 self._embedder.token_states.put(texts[memory_id], states)
                 found[memory_id] = states
@@ -120,11 +127,11 @@ class LateRerank:
         """Compute the states of ``texts`` (by memory id) in the background, once each at a
         time, and keep them in the store."""
         with self._lock:
-            todo = {i: t for i, t in texts.items() if t not in self._filling}
-            self._filling.update(todo.values())
+            todo = {i: t for i, t in texts.items() if i not in self._filling}
+            self._filling.update(todo)
         if todo and not self._later(lambda: self._compute(scope, todo)):
             with self._lock:
-                self._filling.difference_update(todo.values())
+                self._filling.difference_update(todo)
 
     def _compute(self, scope: Filter, texts: dict[str, str]) -> None:
         """One text a model call, until done or closed: ``close`` waits for one at most."""
@@ -138,7 +145,7 @@ class LateRerank:
                     self._keep({owner: {memory_id: states.to_bytes(text)}})
         finally:
             with self._lock:
-                self._filling.difference_update(texts.values())
+                self._filling.difference_update(texts)
 
     def _keep(self, blobs: dict[_Owner, dict[str, bytes]]) -> None:
         """Write ``blobs`` in the background; those of calls made meanwhile go with them."""
@@ -163,9 +170,9 @@ class LateRerank:
 
     def _later(self, task: Callable[[], None]) -> bool:
         """Run ``task`` in the background thread; False when closed."""
-        if self._closed.is_set():
-            return False
-        with self._lock:
+        with self._lock:  # ``close`` sets ``_closed`` under it: no worker starts after
+            if self._closed.is_set():
+                return False
             if self._worker is None:
                 self._worker = ThreadPoolExecutor(
                     1, thread_name_prefix="chatmem-late", initializer=lower_priority
@@ -180,8 +187,8 @@ class LateRerank:
     def close(self) -> None:
         """Stop computing states (the text being embedded finishes, the rest are dropped)
         and write those not yet kept."""
-        self._closed.set()
         with self._lock:
+            self._closed.set()
             worker, self._worker = self._worker, None
         if worker is not None:
             worker.shutdown(wait=True, cancel_futures=True)

@@ -159,6 +159,7 @@ class _Batch:
     ) -> None:
         self.policy = policy
         self.config = policy.config
+        self.long_term = long_term
         self.store = long_term.store
         self.embedder = long_term.embedder
         self.key = key
@@ -270,6 +271,7 @@ class _Batch:
             new = updated_record(old, fact, index, self.batch_id, self.now)
             reason = f"write policy: {decision.reason} (batch {self.batch_id})"
             self.store.update([Change(new, vector, old.metadata.version, reason)])
+            self.long_term.keep_word_states([new])
             self.touched.append(new.id)
         else:
             supersedes = decision.targets if decision.action is Action.SUPERSEDE else ()
@@ -277,6 +279,7 @@ class _Batch:
                 fact, self.key, index, self.batch_id, self.now, supersedes, self.project_id
             )
             self.store.put([Entry(record.model_copy(update={"embedding": self.info}), vector)])
+            self.long_term.keep_word_states([record])
             self.touched.append(record.id)
             self._close(list(supersedes), by=record)
         self.counts[decision.action] += 1

@@ -268,14 +268,23 @@ class PostgresStore(MemoryStore):
         if not states:
             return
         user = scope.require_user()
-        # One statement a memory, through its row: an id deleted meanwhile inserts nothing.
-        with self._transaction() as conn, conn.cursor() as cursor:
-            cursor.executemany(
+        ids = builtins.list(states)
+        # The memories' rows are locked first, in one order, skipping any a delete or an
+        # update holds: states are derived, so this write never waits on (or deadlocks
+        # with) the user's own writes, and a memory deleted meanwhile gets none.
+        with self._transaction() as conn:
+            rows = conn.execute(
+                f"SELECT id, seq FROM {self._memories} WHERE id = ANY(%s)"
+                " AND tenant_id = %s AND user_id = %s ORDER BY seq FOR KEY SHARE SKIP LOCKED",
+                (ids, scope.tenant_id, user),
+            ).fetchall()
+            if not rows:
+                return
+            conn.execute(
                 f"INSERT INTO {self.schema}.memory_word_states (seq, states)"
-                f" SELECT m.seq, %s FROM {self._memories} AS m"
-                " WHERE m.id = %s AND m.tenant_id = %s AND m.user_id = %s"
+                " SELECT * FROM unnest(%s::bigint[], %s::bytea[])"
                 " ON CONFLICT (seq) DO UPDATE SET states = EXCLUDED.states",
-                [(blob, i, scope.tenant_id, user) for i, blob in states.items()],
+                ([seq for _, seq in rows], [states[i] for i, _ in rows]),
             )
 
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:

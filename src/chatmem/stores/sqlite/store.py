@@ -221,6 +221,7 @@ class SQLiteStore(MemoryStore):
         return dict(rows)
 
     def put_word_states(self, states: Mapping[str, bytes], scope: Filter) -> None:
+        scope.require_user()
         if not states:
             return
         conditions, params = where(scope.model_copy(update={"ids": tuple(states)}))
