@@ -146,9 +146,11 @@ def omar(tmp_path: Path) -> tuple[Path, LocalEmbedder]:
     return path, embedder
 
 
-def _search(
-    path: Path, embedder: LocalEmbedder, weight: float, question: str = QUESTION
-) -> list[tuple[str, float]]:
+#: A search's results as text and score.
+Found = list[tuple[str, float]]
+
+
+def _search(path: Path, embedder: LocalEmbedder, weight: float, question: str = QUESTION) -> Found:
     with _memory(path, embedder, weight) as memory:
         found = memory.search(question, user_id="u", k=len(CHAT), threshold=0.0)
     return [(f.record.text, f.score) for f in found]
@@ -187,14 +189,25 @@ def _kept_states(path: Path) -> int:
         return int(conn.execute("SELECT COUNT(*) FROM memory_word_states").fetchone()[0])
 
 
+#: A question that names nobody: a process's first search of the user and its later ones
+#: embed it alike (a named speaker's name is left out once the process knows it).
+NAMELESS = "what music does he make?"
+
+
+def _late_and_plain(path: Path, embedder: LocalEmbedder) -> tuple[Found, Found]:
+    """``NAMELESS`` searched with the rerank, then without; the two orders differ."""
+    late = _search(path, embedder, 0.2, NAMELESS)
+    plain = _search(path, embedder, 0.0, NAMELESS)
+    assert [t for t, _ in late] != [t for t, _ in plain]
+    return late, plain
+
+
 def test_a_new_process_ranks_as_the_one_that_embedded_the_memories(
     omar: tuple[Path, LocalEmbedder],
 ) -> None:
     path, embedder = omar
-    question = "what music does he make?"
-    late = _search(path, embedder, 0.2, question)
-    plain = _search(path, embedder, 0.0, question)
-    assert [t for t, _ in late] != [t for t, _ in plain]
+    question = NAMELESS
+    late, _ = _late_and_plain(path, embedder)
     assert _kept_states(path) == len(CHAT)
     _restarted(embedder, question)
     # The first search of the new process reads the states kept beside the memories.
@@ -207,11 +220,8 @@ def test_memories_without_states_keep_their_places_until_computed(
     omar: tuple[Path, LocalEmbedder],
 ) -> None:
     path, embedder = omar
-    # A question that names nobody: a process's first search of the user and its later
-    # ones embed it alike (a named speaker's name is left out once the process knows it).
-    question = "what music does he make?"
-    late = _search(path, embedder, 0.2, question)
-    plain = _search(path, embedder, 0.0, question)
+    question = NAMELESS
+    late, plain = _late_and_plain(path, embedder)
     # As a store written before states were kept: none is held, none kept.
     _restarted(embedder, question)
     with sqlite3.connect(path) as conn:

@@ -241,28 +241,29 @@ class PostgresStore(MemoryStore):
         return {memory_id: head_of(*values) for memory_id, *values in rows}
 
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
-        if not ids:
-            return {}
-        conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
-        with self._transaction() as conn:
-            rows = conn.execute(
-                f"SELECT m.id, m.embedding::real[] FROM {self._memories} AS m WHERE {conditions}",
-                params,
-            ).fetchall()
+        rows = self._of_ids("m.embedding::real[]", "", ids, scope)
         return {memory_id: np.asarray(values, dtype=np.float32) for memory_id, values in rows}
 
     def word_states(self, ids: Sequence[str], scope: Filter) -> dict[str, bytes]:
+        join = f" JOIN {self.schema}.memory_word_states AS w ON w.seq = m.seq"
+        return {
+            memory_id: bytes(states)
+            for memory_id, states in self._of_ids("w.states", join, ids, scope)
+        }
+
+    def _of_ids(
+        self, column: str, join: str, ids: Sequence[str], scope: Filter
+    ) -> builtins.list[tuple[str, Any]]:
+        """Each of ``ids`` within ``scope`` (``join`` holding it) with its ``column``."""
         if not ids:
-            return {}
+            return []
         conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
         with self._transaction() as conn:
-            rows = conn.execute(
-                f"SELECT m.id, w.states FROM {self._memories} AS m"
-                f" JOIN {self.schema}.memory_word_states AS w ON w.seq = m.seq"
-                f" WHERE {conditions}",
+            rows: builtins.list[tuple[str, Any]] = conn.execute(
+                f"SELECT m.id, {column} FROM {self._memories} AS m{join} WHERE {conditions}",
                 params,
             ).fetchall()
-        return {memory_id: bytes(states) for memory_id, states in rows}
+        return rows
 
     def put_word_states(self, states: Mapping[str, bytes], scope: Filter) -> None:
         if not states:

@@ -197,28 +197,26 @@ class SQLiteStore(MemoryStore):
         return {memory_id: head_of(*values) for memory_id, *values in json.loads(joined)}
 
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
-        if not ids:
-            return {}
-        conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
-        with self._file.read() as conn:
-            rows = conn.execute(
-                f"SELECT m.id, v.embedding FROM memories AS m"
-                f" JOIN memory_vectors AS v ON v.rowid = m.rowid WHERE {conditions}",
-                params,
-            ).fetchall()
+        rows = self._blobs("memory_vectors", "embedding", ids, scope)
         return {memory_id: np.frombuffer(blob, dtype=np.float32).copy() for memory_id, blob in rows}
 
     def word_states(self, ids: Sequence[str], scope: Filter) -> dict[str, bytes]:
+        return dict(self._blobs("memory_word_states", "states", ids, scope))
+
+    def _blobs(
+        self, table: str, column: str, ids: Sequence[str], scope: Filter
+    ) -> builtins.list[tuple[str, bytes]]:
+        """Each of ``ids`` within ``scope`` that ``table`` holds, with its ``column``."""
         if not ids:
-            return {}
+            return []
         conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
         with self._file.read() as conn:
-            rows = conn.execute(
-                f"SELECT m.id, w.states FROM memories AS m"
-                f" JOIN memory_word_states AS w ON w.rowid = m.rowid WHERE {conditions}",
+            rows: builtins.list[tuple[str, bytes]] = conn.execute(
+                f"SELECT m.id, t.{column} FROM memories AS m"
+                f" JOIN {table} AS t ON t.rowid = m.rowid WHERE {conditions}",
                 params,
             ).fetchall()
-        return dict(rows)
+        return rows
 
     def put_word_states(self, states: Mapping[str, bytes], scope: Filter) -> None:
         scope.require_user()
