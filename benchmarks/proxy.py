@@ -292,6 +292,7 @@ async def load(
     times: list[float] = []
     outcomes: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
+    light = [0]
     errors: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
@@ -311,9 +312,11 @@ async def load(
                 if answer.status_code != 200:
                     errors[f"HTTP {answer.status_code}"] += 1
                 outcomes[answer.headers.get("x-chatmem-memory", "-")] += 1
+                reason = answer.headers.get("x-chatmem-memory-reason", "-")
                 if answer.headers.get("x-chatmem-memory") == "degraded":
-                    reason = answer.headers.get("x-chatmem-memory-reason", "-")
                     reasons[reason.split(":")[0]] += 1
+                elif "under load" in reason:  # searched, without the late rerank
+                    light[0] += 1
 
         began = time.perf_counter()
         await asyncio.gather(*(worker(n) for n in range(clients)))
@@ -326,6 +329,7 @@ async def load(
         "ms": summary(times) if times else None,
         "outcomes": dict(outcomes),
         "degraded_reasons": dict(reasons),
+        "light": light[0],
     }
 
 
@@ -429,6 +433,8 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         row = load_results[mode]
         ratio = row["requests_per_s"] / load_results["direct"]["requests_per_s"]
         outcome = ", ".join(f"{k} {v}" for k, v in sorted(row["outcomes"].items()))
+        if row.get("light"):
+            outcome += f" ({row['light']} light: without the late rerank)"
         timing = row["ms"] or {"p50": float("nan"), "p95": float("nan")}
         print(
             f"| {names[mode]} | {row['requests_per_s']:.1f} | {ratio:.2f} | "

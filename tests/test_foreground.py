@@ -61,7 +61,7 @@ def test_the_search_pool_counts_its_searches_as_foreground() -> None:
     pool = SearchPool(1)
     seen: list[int] = []
     try:
-        pool.run(lambda: seen.append(FOREGROUND.running), budget_ms=5000, queue_ms=5000)
+        pool.run(lambda _: seen.append(FOREGROUND.running), budget_ms=5000, queue_ms=5000)
     finally:
         pool.close()
     assert seen == [1] and FOREGROUND.running == 0

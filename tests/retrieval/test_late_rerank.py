@@ -173,8 +173,9 @@ def test_a_search_adds_each_memory_s_match_above_the_mean_to_its_score(
     ]
     assert [score for _, score in late] == pytest.approx(expected, abs=1e-5)
     assert [score for _, score in late] == sorted((score for _, score in late), reverse=True)
-    # The word-by-word match moved something: the order is not the plain one.
-    assert [t for t, _ in late] != sorted(plain, key=lambda t: -plain[t])
+    # The word-by-word match moved scores (whether it swaps a near tie here depends on
+    # the CPU's int8 kernels: on an AMD EPYC without AVX-512 this question's order holds).
+    assert max(abs(score - plain[t]) for t, score in late) > 0.02
 
 
 def _restarted(embedder: LocalEmbedder, question: str) -> None:

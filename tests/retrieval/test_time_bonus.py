@@ -95,7 +95,7 @@ def chat(tmp_path: Path, embedder: LocalEmbedder) -> Path:
 
 
 def _first(path: Path, embedder: LocalEmbedder, query: str, bonus: float) -> list[str]:
-    ranking = RankingConfig(time_bonus=bonus)
+    ranking = RankingConfig(time_bonus=bonus, late_weight=0.0)  # the time bonus alone
     with LongTermMemory(SQLiteStore(path), embedder, ranking_config=ranking) as memory:
         return [h.record.text for h in memory.search(query, user_id="u", k=3)]
 

@@ -6,6 +6,7 @@ import json
 import logging
 import re
 import socket
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from chatmem.embeddings import OpenAIEmbedder
 from chatmem.messages import SessionKey
 from chatmem.records import Filter
 from chatmem.server import Runtime, ServiceConfig, create_app
+from chatmem.server.injection import LIGHT_REASON, Prepared, _record
 from chatmem.testing import ScriptedOpenAIServer, ToolCalls
 from tests.conftest import long_document
 from tests.server.conftest import ADMIN_KEY, ServiceFactory, drain, runtime_of, settle, wait_for
@@ -563,3 +565,22 @@ def test_an_unreachable_session_store_keeps_turns_in_memory_and_says_so(
     ready = service.get("/readyz", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
     assert ready.json()["sessions"].startswith("memory only: ")
     assert ready.json()["sessions"] != "ok"
+
+
+def test_a_search_under_load_says_so_in_its_reason_and_the_metrics(service: TestClient) -> None:
+    """What the proxy makes of a search that ran while others waited for a search thread
+    (``Retrieval.light``: no late rerank; ``tests/retrieval/test_light_search.py`` makes
+    one happen): memory was on, and the reason and a counter say it was searched lightly."""
+    runtime = runtime_of(service)
+    runtime.long_term.add("My dog is called Rex.", user_id="al")
+    asked = [{"role": "user", "content": "What is my dog called?"}]
+    found = runtime.retriever.retrieve(asked, user_id="al", threshold=0.0)
+    for light in (False, True):
+        prepared = Prepared(asked, "off")
+        _record(runtime, prepared, replace(found, light=light), "al")
+        assert prepared.outcome == "injected"
+        headers = prepared.headers()
+        assert ("x-chatmem-memory-reason" in {h.lower() for h in headers}) is light
+        if light:
+            assert headers["X-Chatmem-Memory-Reason"] == LIGHT_REASON
+    assert "chatmem_memory_light_total 1.0" in service.get("/metrics").text

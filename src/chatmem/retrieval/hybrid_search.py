@@ -43,6 +43,7 @@ def search(
     project_id: str | None = None,
     session_id: str | None = None,
     roles: Collection[str] | None = None,
+    late: bool = True,
 ) -> list[RetrievedMemory]:
     """Hybrid search of one user's memories, reranked (R3): the best ``k`` whose
     normalised relevance (not the final score; see ``chatmem.retrieval.reranking``) is at
@@ -57,13 +58,14 @@ def search(
 
     A memory whose speaker said the same words in one ranked above it (the ranking's
     ``repeats_last``) is returned only when too few others pass: the same remark said on
-    three days takes one place of the ``k``, not three.
+    three days takes one place of the ``k``, not three. ``late=False`` leaves out long-term
+    memory's late rerank (the retriever's searches under load).
     """
     check_search(k, threshold)
     moment = now or utcnow()
     narrow = _narrowing(types, project_id, session_id, since, until, roles)
     text = query.text if isinstance(query, Query) else query
-    found = _shortlisted(long_term, text, user_id, tenant_id, k, threshold, narrow)
+    found = _shortlisted(long_term, text, user_id, tenant_id, k, threshold, narrow, late=late)
     kept = reranked(
         long_term,
         found,
@@ -87,6 +89,8 @@ def _shortlisted(
     k: int,
     threshold: float,
     narrow: Filter,
+    *,
+    late: bool,
 ) -> list[Shortlisted]:
     """The ``CANDIDATE_FACTOR`` x k candidates the rerank chooses from, with what it needs
     (``Head``): only the k kept are read whole, where parsing all 4 x k records was the
@@ -105,6 +109,7 @@ def _shortlisted(
         # the clock), and before the rerank, so relevance is relative to the best memory
         # that can be shown.
         include_superseded=True,
+        late=late,
     )
 
 

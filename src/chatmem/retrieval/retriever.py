@@ -43,7 +43,8 @@ class Retrieval:
     ``injected_messages`` is what to send to the model (the input, as dicts, when nothing
     was injected). ``results`` are the memories injected, hits first then linked ones.
     ``degraded`` says why memory was left out when it failed ("timeout", "store error: …",
-    "embedding error: …"); None otherwise.
+    "embedding error: …"); None otherwise. ``light`` is true when the search ran while
+    others waited for a search thread, and so left out the late rerank (``search_pool``).
     """
 
     decision: Decision
@@ -52,6 +53,7 @@ class Retrieval:
     injected_messages: list[dict[str, Any]]
     timings_ms: dict[str, float] = field(default_factory=dict)
     degraded: str | None = None
+    light: bool = False
 
 
 class _Request(NamedTuple):
@@ -73,6 +75,7 @@ class _Found(NamedTuple):
     linked: list[RetrievedMemory]
     search_ms: float
     expand_ms: float
+    light: bool
 
 
 class Retriever:
@@ -197,8 +200,10 @@ class Retriever:
             context_turns=self.context_turns,
         )
 
-    def _find(self, query: Query, request: _Request) -> _Found:
-        """Search and expand (run in the search pool)."""
+    def _find(self, query: Query, request: _Request, pressed: bool) -> _Found:
+        """Search and expand (run in the search pool); ``pressed``, others waiting for a
+        search thread: without the late rerank, the search's one optional cost (0.7 ms of
+        CPU at 10,000 memories, docs/benchmarks.md "Lighter searches under load")."""
         began = time.perf_counter()
         hits = search(
             self.long_term,
@@ -212,6 +217,7 @@ class Retriever:
             roles=request.roles,
             weights=self.weights,
             now=request.now,
+            late=not pressed,
         )
         searched = time.perf_counter()
         linked: list[RetrievedMemory] = []
@@ -227,7 +233,7 @@ class Retriever:
                 roles=request.roles,
             )
         ended = time.perf_counter()
-        return _Found(hits, linked, (searched - began) * 1000, (ended - searched) * 1000)
+        return _Found(hits, linked, (searched - began) * 1000, (ended - searched) * 1000, pressed)
 
     def _deliver(
         self,
@@ -268,7 +274,7 @@ class Retriever:
             request.user_id,
         )
         timings["total"] = (time.perf_counter() - began) * 1000
-        return Retrieval(decision, query, shown, messages_out, timings)
+        return Retrieval(decision, query, shown, messages_out, timings, light=found.light)
 
     def close(self) -> None:
         """Stop the search pool (waits for a search still running; cancels queued ones)."""

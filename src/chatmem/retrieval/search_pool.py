@@ -8,6 +8,10 @@ searches already waiting per thread, the request goes on without memory at once.
 started, a search has its budget; past it, it is left to finish in its thread and the
 request goes on without memory. Every way a search can fail is one reason string
 ("busy", "timeout", "embedding error: …", "store error: …", "error: …").
+
+A search learns as it starts whether others wait behind it (``pressed``): a retriever's
+search then leaves out its optional late rerank, so that under load memory stays on for
+more requests, ranked a little less finely, rather than on for fewer (issue 14).
 """
 
 from __future__ import annotations
@@ -44,16 +48,18 @@ def default_search_workers() -> int:
 
 
 class _Start:
-    """When a search began to run in the pool (its budget counts from there)."""
+    """When a search began to run in the pool (its budget counts from there), and whether
+    others waited behind it then."""
 
-    def __init__(self) -> None:
+    def __init__(self, pressed: Callable[[], bool]) -> None:
         self.event = threading.Event()
         self.at = 0.0
+        self._pressed = pressed
 
-    def running(self, work: Callable[[], T]) -> T:
+    def running(self, work: Callable[[bool], T]) -> T:
         self.at = time.perf_counter()
         self.event.set()
-        return work()
+        return work(self._pressed())
 
 
 class SearchPool:
@@ -71,9 +77,15 @@ class SearchPool:
         """Searches submitted and not ended: waiting, running, or running past their budget."""
         return self._in_flight
 
-    def run(self, work: Callable[[], T], *, budget_ms: float, queue_ms: float) -> T | str:
-        """``work()`` run in the pool, or a string that says why there is no result: it could
-        not start within ``queue_ms``, it ran past ``budget_ms`` from its start, or it failed.
+    @property
+    def pressed(self) -> bool:
+        """Whether searches wait for a thread: more in flight than there are threads."""
+        return self._in_flight > self._workers
+
+    def run(self, work: Callable[[bool], T], *, budget_ms: float, queue_ms: float) -> T | str:
+        """``work(pressed)`` run in the pool, or a string that says why there is no result: it
+        could not start within ``queue_ms``, it ran past ``budget_ms`` from its start, or it
+        failed. ``pressed`` says whether other searches waited for a thread as it started.
         """
         if not self._admitted():
             logger.warning(
@@ -83,8 +95,8 @@ class SearchPool:
         with FOREGROUND.unit():  # background jobs give way meanwhile (``foreground``)
             return self._run(work, budget_ms, queue_ms)
 
-    def _run(self, work: Callable[[], T], budget_ms: float, queue_ms: float) -> T | str:
-        started = _Start()
+    def _run(self, work: Callable[[bool], T], budget_ms: float, queue_ms: float) -> T | str:
+        started = _Start(lambda: self.pressed)
         future = self._pool.submit(started.running, work)
         future.add_done_callback(self._search_ended)
         if not started.event.wait(queue_ms / 1000):

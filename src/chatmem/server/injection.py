@@ -33,6 +33,8 @@ from chatmem.server.visibility import Acl, acl_of
 logger = logging.getLogger("chatmem.server.chat")
 
 USER_HEADER = "X-Chatmem-User"
+#: ``X-Chatmem-Memory-Reason`` of a search run while others waited for a search thread.
+LIGHT_REASON = "under load: searched without the late rerank"
 SESSION_HEADER = "X-Chatmem-Session"
 DEFAULT_SESSION = "default"
 
@@ -190,6 +192,9 @@ def _record(runtime: Runtime, prepared: Prepared, found: Retrieval, user_id: str
         logger.info("Memory: injected %d memories for user %s", len(found.results), user_id)
     else:
         prepared.outcome, prepared.reason = "empty", "no memory above the threshold"
+    if found.light and found.degraded is None:
+        prepared.reason = "; ".join(filter(None, [prepared.reason, LIGHT_REASON]))
+        runtime.metrics.memory_light.inc()
     runtime.metrics.memory_requests.labels(prepared.outcome).inc()
 
 

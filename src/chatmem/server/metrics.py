@@ -40,6 +40,11 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.memory_light = Counter(
+            "chatmem_memory_light_total",
+            "Searches run while others waited for a search thread: without the late rerank.",
+            registry=self.registry,
+        )
         self.memory_skips = Counter(
             "chatmem_memory_skips_total",
             "Searches skipped by the decision, by reason.",

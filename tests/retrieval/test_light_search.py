@@ -1,0 +1,170 @@
+"""Searches under load (issue 14): a search that starts while others wait for a search
+thread leaves out the late rerank (``search_pool``'s ``pressed``), so memory stays on for
+more requests; one that starts with none waiting ranks in full."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from chatmem import LongTermMemory, RankingConfig, Retriever
+from chatmem.embeddings import LocalEmbedder
+from chatmem.records import Candidate
+from chatmem.retrieval import Retrieval
+from chatmem.retrieval.search_pool import SearchPool
+from chatmem.stores import SQLiteStore
+from chatmem.stores.base import SearchQuery
+
+CHAT = [
+    ("Omar", "Practiced the cello for two hours, my fingers hurt."),
+    ("Omar", "Music has always been my escape."),
+    ("Lee", "Do you play any instruments?"),
+    ("Omar", "I play football with my cousins every Friday."),
+    ("Omar", "My neighbour plays loud music at night."),
+    ("Omar", "Bought new strings for my old guitar today."),
+    ("Lee", "Instruments are expensive these days."),
+]
+QUESTION = "what music does he make?"
+
+
+def _wait_for(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_a_search_learns_whether_others_wait_behind_it() -> None:
+    pool = SearchPool(1)
+    release = threading.Event()
+    seen: dict[str, bool] = {}
+
+    def work(name: str) -> Callable[[bool], None]:
+        def run(pressed: bool) -> None:
+            seen[name] = pressed
+            if name == "first":
+                release.wait(10)
+
+        return run
+
+    def submit(name: str) -> threading.Thread:
+        thread = threading.Thread(
+            target=lambda: pool.run(work(name), budget_ms=20_000, queue_ms=20_000)
+        )
+        thread.start()
+        return thread
+
+    try:
+        threads = [submit("first")]
+        _wait_for(lambda: "first" in seen)
+        threads += [submit("second")]
+        _wait_for(lambda: pool.in_flight == 2)
+        threads += [submit("third")]
+        _wait_for(lambda: pool.in_flight == 3)
+        assert pool.pressed
+        release.set()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        pool.close()
+    # The first started alone; the second while the third waited; the third alone again.
+    assert seen == {"first": False, "second": True, "third": False}
+    assert not pool.pressed
+
+
+@pytest.fixture(scope="module")
+def embedder() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+@pytest.fixture
+def chat_store(tmp_path: Path, embedder: LocalEmbedder) -> Path:
+    path = tmp_path / "omar.db"
+    with _memory(SQLiteStore(path), embedder, 0.2) as memory:
+        for speaker, text in CHAT:
+            memory.add(
+                [{"role": "user", "name": speaker, "content": text}], user_id="u", session_id="s"
+            )
+    return path
+
+
+def _memory(store: SQLiteStore, embedder: LocalEmbedder, weight: float) -> LongTermMemory:
+    return LongTermMemory(store, embedder, ranking_config=RankingConfig(late_weight=weight))
+
+
+def _ranked(memory: LongTermMemory, late: bool = True) -> list[tuple[str, float]]:
+    found = memory.search(QUESTION, user_id="u", k=len(CHAT), threshold=0.0, late=late)
+    return [(f.record.text, round(f.score, 6)) for f in found]
+
+
+def test_a_search_without_the_late_rerank_ranks_as_with_no_weight(
+    chat_store: Path, embedder: LocalEmbedder
+) -> None:
+    with _memory(SQLiteStore(chat_store), embedder, 0.2) as memory:
+        late, light = _ranked(memory), _ranked(memory, late=False)
+    with _memory(SQLiteStore(chat_store), embedder, 0.0) as memory:
+        plain = _ranked(memory)
+    assert light == plain
+    assert late != plain  # the rerank moves something here
+
+
+class _HeldStore(SQLiteStore):
+    """The real store, whose first search waits until ``release`` is set."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def search(self, query: SearchQuery) -> list[Candidate]:
+        if not self.entered.is_set():
+            self.entered.set()
+            self.release.wait(20)
+        return super().search(query)
+
+
+def _retrieve(retriever: Retriever) -> Retrieval:
+    return retriever.retrieve([{"role": "user", "content": QUESTION}], user_id="u", k=3)
+
+
+def _scores(found: Retrieval) -> list[tuple[str, float]]:
+    return [(m.record.text, round(m.score, 6)) for m in found.results]
+
+
+def test_the_retriever_searches_lightly_only_while_others_wait(
+    chat_store: Path, embedder: LocalEmbedder
+) -> None:
+    held = _HeldStore(chat_store)
+    memory = _memory(held, embedder, 0.2)
+    got: dict[str, Retrieval] = {}
+
+    def run(name: str) -> threading.Thread:
+        thread = threading.Thread(target=lambda: got.update({name: _retrieve(retriever)}))
+        thread.start()
+        return thread
+
+    with (
+        memory,
+        Retriever(memory, search_workers=1, search_budget_ms=20_000, threshold=0) as (retriever),
+    ):
+        threads = [run("first")]
+        assert held.entered.wait(10)
+        threads.append(run("second"))
+        _wait_for(lambda: retriever._in_flight == 2)
+        threads.append(run("third"))
+        _wait_for(lambda: retriever._in_flight == 3)
+        held.release.set()
+        for thread in threads:
+            thread.join(20)
+        alone = _retrieve(retriever)
+    plain_memory = _memory(SQLiteStore(chat_store), embedder, 0.0)
+    with plain_memory, Retriever(plain_memory, threshold=0) as plain_retriever:
+        plain = _retrieve(plain_retriever)
+    assert [got[n].light for n in ("first", "second", "third")] == [False, True, False]
+    assert not alone.light and all(got[n].degraded is None for n in got)
+    # The light one ranked as a search without the rerank; the others with it.
+    assert _scores(got["second"]) == _scores(plain)
+    assert _scores(got["first"]) == _scores(got["third"]) == _scores(alone) != _scores(plain)
