@@ -97,7 +97,9 @@ def test_reading_many_records_or_what_they_say_is_one_row(
     assert rows.count == 1
     assert store.heads(every, scope) == heads_of(records)
     assert {h.speaker for h in store.heads(every, scope).values()} == {"Ana\x1e"}
-    assert rows.count == 3
+    # get: one row; heads: the user's versions and one row, then the versions alone (the
+    # heads are held: ``head_cache``).
+    assert rows.count == 4
     assert store.get(["missing"], scope) == [] and store.heads(["missing"], scope) == {}
 
 

@@ -173,10 +173,15 @@ def _narrowing(scope: Filter) -> set[str]:
     return names
 
 
+def narrows(scope: Filter) -> bool:
+    """Whether ``scope`` leaves out more of its user's memories than the expired ones."""
+    return bool(_narrowing(scope))
+
+
 #: The fields of a ``Filter`` that narrow when set; tenant and user are the search's own.
 _OPTIONAL = tuple(
     name for name in Filter.model_fields if name not in {"tenant_id", "user_id", "expired"}
 )
 
 
-__all__ = ["Admitted", "admitted", "where"]
+__all__ = ["Admitted", "admitted", "narrows", "where"]

@@ -46,7 +46,9 @@ from chatmem.stores.sqlite import writes
 from chatmem.stores.sqlite.field_cache import DEFAULT_BUDGET_BYTES as FIELDS_BUDGET_BYTES
 from chatmem.stores.sqlite.field_cache import FieldCache
 from chatmem.stores.sqlite.file import SQLiteFile, sqlite3
-from chatmem.stores.sqlite.filters import Admitted, admitted, where
+from chatmem.stores.sqlite.filters import Admitted, admitted, narrows, where
+from chatmem.stores.sqlite.head_cache import DEFAULT_BUDGET_BYTES as HEADS_BUDGET_BYTES
+from chatmem.stores.sqlite.head_cache import HeadCache
 from chatmem.stores.sqlite.keyword_cache import DEFAULT_BUDGET_BYTES as WORDS_BUDGET_BYTES
 from chatmem.stores.sqlite.keyword_cache import MIN_ROWS, KeywordCache, UserWords, read_texts
 from chatmem.stores.sqlite.schema import MIGRATIONS, fts_table, user_key, user_token
@@ -78,12 +80,14 @@ class SQLiteStore(MemoryStore):
         field_cache_bytes: int = FIELDS_BUDGET_BYTES,
         keyword_cache_bytes: int = WORDS_BUDGET_BYTES,
         keyword_cache_rows: int = MIN_ROWS,
+        head_cache_bytes: int = HEADS_BUDGET_BYTES,
     ) -> None:
         self.path = str(path)
         self._file = SQLiteFile(path, synchronous=synchronous)
         self._vector_cache = VectorCache(vector_cache_bytes)
         self._field_cache = FieldCache(field_cache_bytes)
         self._keyword_cache = KeywordCache(keyword_cache_bytes, keyword_cache_rows)
+        self._head_cache = HeadCache(head_cache_bytes)
         self._file.migrate(MIGRATIONS)
         self._embedding = self._read_embedding()
 
@@ -186,15 +190,22 @@ class SQLiteStore(MemoryStore):
     def heads(self, ids: Sequence[str], scope: Filter) -> dict[str, Head]:
         if not ids:
             return {}
-        conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
-        fields = ", ".join(f"json_extract(m.body, '$.{'.'.join(path)}')" for path in HEAD_PATHS)
-        with self._file.read() as conn:  # one row, as ``get`` reads (BODY_SEPARATOR)
-            (joined,) = conn.execute(
-                f"SELECT json_group_array(json_array(m.id, {fields}))"
-                f" FROM memories AS m WHERE {conditions}",
-                params,
-            ).fetchone()
-        return {memory_id: head_of(*values) for memory_id, *values in json.loads(joined)}
+        with self._file.read() as conn:
+            if scope.user_id is None or narrows(scope):
+                return {i: head for i, head, _ in _head_rows(conn, scope, ids)}
+            conn.execute("BEGIN")  # the versions and the heads read in one snapshot
+            try:
+                versions = halves.user_versions(conn, scope.tenant_id, scope.user_id)
+                every = scope.model_copy(update={"expired": None})  # the cache judges the TTL
+                return self._head_cache.heads(
+                    scope.tenant_id,
+                    scope.user_id,
+                    ids,
+                    versions,
+                    lambda missing: _head_rows(conn, every, missing),
+                )
+            finally:
+                conn.execute("COMMIT")
 
     def vectors(self, ids: Sequence[str], scope: Filter) -> dict[str, Vector]:
         rows = self._blobs("memory_vectors", "embedding", ids, scope)
@@ -430,6 +441,27 @@ class SQLiteStore(MemoryStore):
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
+
+
+#: A head's fields, taken out of a body by one ``json_extract`` (one parse of the body).
+_HEAD_FIELDS = ", ".join(f"'$.{'.'.join(path)}'" for path in HEAD_PATHS)
+
+
+def _head_rows(
+    conn: sqlite3.Connection, scope: Filter, ids: Sequence[str]
+) -> builtins.list[tuple[str, Head, int | None]]:
+    """The heads of ``ids`` within ``scope``, each with its ``expires_at``, read as one row
+    (as ``get`` reads: BODY_SEPARATOR)."""
+    conditions, params = where(scope.model_copy(update={"ids": tuple(ids)}))
+    (joined,) = conn.execute(
+        f"SELECT json_group_array(json_array(m.id, m.expires_at,"
+        f" json_extract(m.body, {_HEAD_FIELDS}))) FROM memories AS m WHERE {conditions}",
+        params,
+    ).fetchone()
+    return [
+        (memory_id, head_of(*(json.loads(values) if isinstance(values, str) else values)), ends)
+        for memory_id, ends, values in json.loads(joined)
+    ]
 
 
 __all__ = ["SQLiteStore"]
