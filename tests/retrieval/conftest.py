@@ -13,6 +13,17 @@ from chatmem.records import Filter, MemoryRecord
 from chatmem.stores.base import Head
 from chatmem.stores.sqlite import SQLiteStore
 
+#: Omar's and Lee's chat: what the late rerank's tests rank (one memory a turn).
+OMAR_CHAT = [
+    ("Omar", "Practiced the cello for two hours, my fingers hurt."),
+    ("Omar", "Music has always been my escape."),
+    ("Lee", "Do you play any instruments?"),
+    ("Omar", "I play football with my cousins every Friday."),
+    ("Omar", "My neighbour plays loud music at night."),
+    ("Omar", "Bought new strings for my old guitar today."),
+    ("Lee", "Instruments are expensive these days."),
+]
+
 
 class CountingStore(SQLiteStore):
     """The real SQLite store, counting the ids each ``get`` (whole records) and each

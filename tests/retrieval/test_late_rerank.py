@@ -27,16 +27,8 @@ from chatmem.records import Filter
 from chatmem.stores import SQLiteStore
 from chatmem.stores.base import Head
 from chatmem.text import said_text
+from tests.retrieval.conftest import OMAR_CHAT as CHAT
 
-CHAT = [
-    ("Omar", "Practiced the cello for two hours, my fingers hurt."),
-    ("Omar", "Music has always been my escape."),
-    ("Lee", "Do you play any instruments?"),
-    ("Omar", "I play football with my cousins every Friday."),
-    ("Omar", "My neighbour plays loud music at night."),
-    ("Omar", "Bought new strings for my old guitar today."),
-    ("Lee", "Instruments are expensive these days."),
-]
 QUESTION = "Which instruments does Omar play?"
 SAID = datetime(2024, 5, 1, tzinfo=UTC)
 SCOPE = Filter(tenant_id="default", user_id="u")

@@ -18,16 +18,8 @@ from chatmem.retrieval import Retrieval
 from chatmem.retrieval.search_pool import SearchPool
 from chatmem.stores import SQLiteStore
 from chatmem.stores.base import SearchQuery
+from tests.retrieval.conftest import OMAR_CHAT as CHAT
 
-CHAT = [
-    ("Omar", "Practiced the cello for two hours, my fingers hurt."),
-    ("Omar", "Music has always been my escape."),
-    ("Lee", "Do you play any instruments?"),
-    ("Omar", "I play football with my cousins every Friday."),
-    ("Omar", "My neighbour plays loud music at night."),
-    ("Omar", "Bought new strings for my old guitar today."),
-    ("Lee", "Instruments are expensive these days."),
-]
 QUESTION = "what music does he make?"
 
 
