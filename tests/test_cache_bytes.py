@@ -244,3 +244,40 @@ def test_the_query_cache_counts_an_entry_as_size_of_does_for_one_query_and_a_pai
         ((True, ("a", "b")), pair[0]),  # a row of a stack: the buffer is not its own
     ):
         assert _entry_size(key, vector) == size_of(key) + size_of(vector)
+
+
+def test_the_heads_a_search_ranks_by_are_held_within_their_budget(tmp_path: Path) -> None:
+    """``SQLiteStore``'s heads (``stores.sqlite.head_cache``): two users' heads, read 50 at
+    a time as a search reads them, keep to the budget as tracemalloc measures it, and the
+    cache's own count of a user's heads is not below what they take."""
+    from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord
+    from chatmem.stores import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "heads.db", head_cache_bytes=MiB)
+    store.bind_embedding(EmbeddingInfo(model="test", dimension=4))
+    users = {}
+    for user in ("ana", "bo"):
+        records = [
+            MemoryRecord(user_id=user, content={"raw": text(n, 600)}, context={"speaker": user})
+            for n in range(1_500)  # about 1.3 MiB of heads each
+        ]
+        store.put([Entry(r, np.ones(4, dtype=np.float32)) for r in records])
+        users[user] = [r.id for r in records]
+
+    def read(user: str, count: int) -> None:
+        ids = users[user][:count]
+        for start in range(0, len(ids), 50):
+            store.heads(ids[start : start + 50], Filter(user_id=user))
+
+    # One user's 600 heads, under the budget: what the cache counts covers what they take.
+    _, taken = retained(lambda: read("ana", 600))
+    held = store._head_cache._cache
+    assert len(held) == 1 and taken <= held.bytes * 1.1
+    # All of hers are more than the budget: those held stay held, the rest are read.
+    read("ana", 1_500)
+    kept = held.get(("default", "ana"))
+    assert kept is not None and 600 < len(kept.heads) < 1_500 and held.bytes <= MiB
+    # Another user's heads in full: the budget holds, as tracemalloc measures it too.
+    _, taken = retained(lambda: read("bo", 1_500))
+    assert held.bytes <= MiB and taken <= 1.2 * MiB
+    store.close()

@@ -12,7 +12,8 @@ An entry is exact for the ``user_versions`` it was read at, as the field cache's
 writes only usage fields, no head's), and an entry read at other versions is dropped
 whole. Each head keeps its memory's TTL, so a memory that expired since it was read is
 left out as SQL would leave it out. Only a user's whole scope is answered here; a narrower
-filter (types, a project, a reader's roles) asks SQL.
+filter (types, a project, a reader's roles) asks SQL. A user whose heads outgrow the budget
+keeps those already held and has the others read each time, rather than losing them all.
 """
 
 from __future__ import annotations
@@ -60,16 +61,20 @@ class HeadCache:
         held = self._cache.get(key)
         if held is None or held.versions != versions:
             held = _UserHeads(versions)
+        fresh: dict[str, Held] = {}
         missing = [i for i in ids if i not in held.heads]
         if missing:
-            for memory_id, head, expires in read(missing):
-                held.heads[memory_id] = (head, expires)
-                held.bytes += _size(memory_id, head)
-            self._cache.put(key, held, held.bytes)
+            fresh = {memory_id: (head, ends) for memory_id, head, ends in read(missing)}
+            added = sum(_size(memory_id, head) for memory_id, (head, _) in fresh.items())
+            # A user whose heads outgrow the budget keeps those held: the rest are read.
+            if held.bytes + added <= self._cache.max_bytes:
+                held.heads.update(fresh)
+                held.bytes += added
+                self._cache.put(key, held, held.bytes)
         now = to_ms(utcnow())
         found = {}
         for memory_id in ids:
-            entry = held.heads.get(memory_id)
+            entry = held.heads.get(memory_id) or fresh.get(memory_id)
             if entry is not None and (entry[1] is None or entry[1] > now):
                 found[memory_id] = entry[0]
         return found
