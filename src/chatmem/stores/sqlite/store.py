@@ -458,10 +458,8 @@ def _head_rows(
         f" json_extract(m.body, {_HEAD_FIELDS}))) FROM memories AS m WHERE {conditions}",
         params,
     ).fetchone()
-    return [
-        (memory_id, head_of(*(json.loads(values) if isinstance(values, str) else values)), ends)
-        for memory_id, ends, values in json.loads(joined)
-    ]
+    # json_extract of several paths gives a JSON array, which json_array nests as one.
+    return [(memory_id, head_of(*values), ends) for memory_id, ends, values in json.loads(joined)]
 
 
 __all__ = ["SQLiteStore"]
