@@ -126,11 +126,9 @@ def _scores(found: Retrieval) -> list[tuple[str, float]]:
     return [(m.record.text, round(m.score, 6)) for m in found.results]
 
 
-def test_the_retriever_searches_lightly_only_while_others_wait(
-    chat_store: Path, embedder: LocalEmbedder
-) -> None:
-    held = _HeldStore(chat_store)
-    memory = _memory(held, embedder, 0.2)
+def _three_at_once(held: _HeldStore, memory: LongTermMemory) -> dict[str, Retrieval]:
+    """Three retrievals through one search thread, the first held in the store until the
+    other two are in flight (so the second starts while the third waits), then one alone."""
     got: dict[str, Retrieval] = {}
 
     def run(name: str) -> threading.Thread:
@@ -138,25 +136,50 @@ def test_the_retriever_searches_lightly_only_while_others_wait(
         thread.start()
         return thread
 
-    with (
-        memory,
-        Retriever(memory, search_workers=1, search_budget_ms=20_000, threshold=0) as (retriever),
-    ):
+    with Retriever(memory, search_workers=1, search_budget_ms=20_000, threshold=0) as retriever:
         threads = [run("first")]
         assert held.entered.wait(10)
         threads.append(run("second"))
         _wait_for(lambda: retriever._in_flight == 2)
         threads.append(run("third"))
         _wait_for(lambda: retriever._in_flight == 3)
+        assert retriever._searches.pressed
         held.release.set()
         for thread in threads:
             thread.join(20)
-        alone = _retrieve(retriever)
+        got["alone"] = _retrieve(retriever)
+    assert all(found.degraded is None and found.results for found in got.values())
+    return got
+
+
+def test_the_retriever_searches_lightly_only_while_others_wait(
+    chat_store: Path, embedder: LocalEmbedder
+) -> None:
+    held = _HeldStore(chat_store)
+    with _memory(held, embedder, 0.2) as memory:
+        got = _three_at_once(held, memory)
     plain_memory = _memory(SQLiteStore(chat_store), embedder, 0.0)
     with plain_memory, Retriever(plain_memory, threshold=0) as plain_retriever:
         plain = _retrieve(plain_retriever)
-    assert [got[n].light for n in ("first", "second", "third")] == [False, True, False]
-    assert not alone.light and all(got[n].degraded is None for n in got)
+    assert [got[n].light for n in ("first", "second", "third", "alone")] == [
+        False,
+        True,
+        False,
+        False,
+    ]
     # The light one ranked as a search without the rerank; the others with it.
     assert _scores(got["second"]) == _scores(plain)
-    assert _scores(got["first"]) == _scores(got["third"]) == _scores(alone) != _scores(plain)
+    assert _scores(got["first"]) == _scores(got["third"]) == _scores(got["alone"])
+    assert _scores(got["first"]) != _scores(plain)
+
+
+def test_no_search_is_light_where_there_is_no_late_rerank_to_leave_out(
+    chat_store: Path, embedder: LocalEmbedder
+) -> None:
+    held = _HeldStore(chat_store)
+    with _memory(held, embedder, 0.0) as memory:
+        assert not memory.reranks_late
+        got = _three_at_once(held, memory)
+    # The second started while the third waited, but with late_weight 0 there was no
+    # rerank to leave out: none says it searched lightly.
+    assert not any(found.light for found in got.values())

@@ -303,6 +303,12 @@ class LongTermMemory:
             for s, _ in chosen
         ]
 
+    @property
+    def reranks_late(self) -> bool:
+        """Whether a search here runs the late rerank (an embedder that keeps word-piece
+        states and a ``late_weight`` above 0): what ``late=False`` would leave out."""
+        return self._late is not None and self.ranking.late_weight > 0
+
     def shortlist(
         self,
         query: str,

@@ -44,7 +44,8 @@ class Retrieval:
     was injected). ``results`` are the memories injected, hits first then linked ones.
     ``degraded`` says why memory was left out when it failed ("timeout", "store error: …",
     "embedding error: …"); None otherwise. ``light`` is true when the search ran while
-    others waited for a search thread, and so left out the late rerank (``search_pool``).
+    others waited for a search thread, and so left out the late rerank (``search_pool``);
+    never where no late rerank would have run (``LongTermMemory.reranks_late``).
     """
 
     decision: Decision
@@ -233,7 +234,9 @@ class Retriever:
                 roles=request.roles,
             )
         ended = time.perf_counter()
-        return _Found(hits, linked, (searched - began) * 1000, (ended - searched) * 1000, pressed)
+        # Light only where there was a late rerank to leave out.
+        light = pressed and self.long_term.reranks_late
+        return _Found(hits, linked, (searched - began) * 1000, (ended - searched) * 1000, light)
 
     def _deliver(
         self,
