@@ -2,7 +2,8 @@
 ``chatmem.retrieval.search`` with ``RankingConfig.repeats_last`` (or, with ``--setting``,
 ``speaker_bonus``: the bonus for memories said by someone the query names, or
 ``name_free_share``: the query vector without the speakers' names, or ``time_bonus``: the
-bonus for memories that say when, to questions about time) on and off, on one
+bonus for memories that say when, to questions about time, or ``question_penalty``: what
+is taken off memories that end by asking) on and off, on one
 store, the two timed in turn query by query (the first of each pair alternates), after a
 warm-up round that fills the query-embedding cache for both.
 
@@ -50,7 +51,8 @@ def _off(setting: str, value: float | None) -> float | bool:
     """The setting's value on the "off" side: ``value`` when given, else none of it."""
     if value is not None:
         return value
-    return 0.0 if setting in ("speaker_bonus", "name_free_share", "time_bonus") else False
+    numbers = ("speaker_bonus", "name_free_share", "time_bonus", "question_penalty")
+    return 0.0 if setting in numbers else False
 
 
 def _questions(data: Path, unnamed: bool, asks_time: bool) -> list[tuple[str, str]]:
@@ -84,7 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=10, help="LongTermMemory.search's k (10)")
     p.add_argument(
         "--setting",
-        choices=("repeats_last", "speaker_bonus", "name_free_share", "time_bonus"),
+        choices=(
+            "repeats_last",
+            "speaker_bonus",
+            "name_free_share",
+            "time_bonus",
+            "question_penalty",
+        ),
         default="repeats_last",
     )
     p.add_argument(

@@ -35,7 +35,10 @@ to her), among the first of a ranking (docs/benchmarks.md, "Who said it (issue 1
 ``RankingConfig.time_bonus`` likewise favours, for a question that asks about time
 (``asks_when``: "When did John organize the tournament?"), the memories that place
 something in time (``says_when``: "I held a gaming tourney last night"), over later turns
-that only talk about it (docs/benchmarks.md, "When: a memory that says when").
+that only talk about it (docs/benchmarks.md, "When: a memory that says when"); for any other
+query, ``RankingConfig.question_penalty`` sets what ends by asking (``ends_asking``: "Pottery
+sounds fun! What made you try it?") after what tells (docs/benchmarks.md, "What ends by
+asking comes after what tells").
 """
 
 from __future__ import annotations
@@ -84,6 +87,11 @@ class RankingConfig:
     #: (``says_when``), among the first ``SPEAKER_READ`` (at least k) of a search whose
     #: query asks about time (``asks_when``); 0: off.
     time_bonus: float = 0.05
+    #: Taken off the fused score of a memory that ends by asking (``ends_asking``: "Wow!
+    #: What made you try pottery?"), among the first ``SPEAKER_READ`` (at least k) of a
+    #: search whose query does not ask about time: a turn that hands the conversation over
+    #: says less than one that tells; 0: off.
+    question_penalty: float = 0.1
     #: Among a search's first ``SPEAKER_READ``, how much a memory's word-piece match with
     #: the query (``long_term.late``) above their mean adds to its fused score; 0: off.
     late_weight: float = 0.2
@@ -107,6 +115,8 @@ class RankingConfig:
             raise ValidationError("must be between 0 and 1", field="ranking.name_free_share")
         if not 0 <= self.time_bonus <= 1:
             raise ValidationError("must be between 0 and 1", field="ranking.time_bonus")
+        if not 0 <= self.question_penalty <= 1:
+            raise ValidationError("must be between 0 and 1", field="ranking.question_penalty")
         if not 0 <= self.late_weight <= 1:
             raise ValidationError("must be between 0 and 1", field="ranking.late_weight")
 
@@ -313,6 +323,20 @@ def says_when(text: str) -> bool:
     return SAYS_TIME.search(text[:TIME_CHARS].lower()) is not None
 
 
+#: A trailing note in brackets ("[shares a photo of a lake]", "[image]") is not what a
+#: text ends by saying: ``ends_asking`` reads the words before it.
+_TRAILING_NOTE = re.compile(r"\s*\[[^\[\]]*\]\s*$")
+
+
+def ends_asking(text: str) -> bool:
+    """Whether ``text`` ends with a question ("That's great! How long have you had
+    them?"), a trailing bracketed note aside; a question inside it does not count."""
+    end = text[-TIME_CHARS:].rstrip()
+    if end.endswith("]"):  # the regular expression only where there is a note to drop
+        end = _TRAILING_NOTE.sub("", end).rstrip()
+    return end.endswith("?")
+
+
 def bonuses(
     said: Mapping[str, tuple[str | None, str]],
     names: frozenset[str],
@@ -321,12 +345,16 @@ def bonuses(
 ) -> dict[str, float]:
     """What ``favour`` adds to each memory of ``said`` (its id: its speaker and text):
     ``speaker_bonus`` when someone of ``names`` said it, ``time_bonus`` when the query
-    ``asks_time`` and the memory ``says_when``; memories that gain nothing are left out."""
+    ``asks_time`` and the memory ``says_when``; for a query not about time, less
+    ``question_penalty`` when the memory ``ends_asking`` ("Wasn't your recital last
+    Friday?" can say when); memories whose score does not move are left out."""
     extra: dict[str, float] = {}
     for memory_id, (speaker, text) in said.items():
         bonus = config.speaker_bonus if said_by(speaker, names) else 0.0
         if asks_time and config.time_bonus > 0 and says_when(text):
             bonus += config.time_bonus
+        if not asks_time and config.question_penalty > 0 and ends_asking(text):
+            bonus -= config.question_penalty
         if bonus:
             extra[memory_id] = bonus
     return extra

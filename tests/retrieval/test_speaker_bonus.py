@@ -169,12 +169,13 @@ def test_a_query_naming_nobody_reads_only_the_records_it_returns(
     assert found[0].record.context and found[0].record.context.speaker == "Caroline"
 
 
-def test_without_the_late_rerank_a_query_naming_nobody_reads_no_head(
+def test_without_the_late_rerank_and_the_question_penalty_a_query_naming_nobody_reads_no_head(
     chat: tuple[Path, LocalEmbedder],
 ) -> None:
     path, embedder = chat
     store = CountingStore(path)
-    with LongTermMemory(store, embedder, ranking_config=RankingConfig(late_weight=0)) as memory:
+    ranking = RankingConfig(late_weight=0, question_penalty=0)
+    with LongTermMemory(store, embedder, ranking_config=ranking) as memory:
         memory.search("what kind of art do they make?", user_id="u", k=2)  # learns speakers
         store.asked.clear()
         store.asked_heads.clear()

@@ -267,7 +267,9 @@ class LongTermMemory:
         where too few others pass (``RankingConfig.repeats_last``). What someone the query
         names said ranks higher (``speaker_bonus``), and the query's vector leaves out the
         names of the speakers it names (``name_free_share``, ``chatmem.long_term.speakers``).
-        A question about time favours what says when (``time_bonus``). Among the first 50,
+        A question about time favours what says when (``time_bonus``); for any other
+        query, what ends by asking a question comes after what tells (``question_penalty``).
+        Among the first 50,
         what matches the query's word pieces one by one better than the others gains
         (``late_weight``, ``chatmem.long_term.late``), unless ``late`` is false (the
         retriever's searches under load leave it out).
@@ -427,18 +429,21 @@ class LongTermMemory:
         read: Reader,
     ) -> list[ranking.Scored]:
         """``ranked`` with its first ``SPEAKER_READ`` (k where k is more) reordered
-        (``ranking.favour``) when the query names someone (``names``: ``speaker_bonus`` to
-        what they said) or asks about time (``ranking.asks_when``: ``time_bonus`` to what
-        says when), their speakers and texts read to tell (``read``: their heads). None are
-        read otherwise, unless this process knows nothing of the user yet: then the first
-        search reads them to learn the user's speakers, so that a name written in lower case
-        ("caroline") counts from the start."""
+        (``ranking.favour``): ``speaker_bonus`` to what someone the query names said
+        (``names``), ``time_bonus`` to what says when for a query that asks about time
+        (``ranking.asks_when``), for any other ``question_penalty`` off what ends by asking
+        (``ranking.ends_asking``); their speakers and texts read to tell (``read``: their
+        heads). None are read when no setting applies, unless this process knows nothing of
+        the user yet: then the first search reads them to learn the user's speakers, so that
+        a name written in lower case ("caroline") counts from the start."""
         tenant, user = scope.tenant_id, scope.require_user()
         config = self.ranking
         first = config.speaker_bonus > 0 and not self._speakers.knows(tenant, user)
         named = config.speaker_bonus > 0 and bool(names)
-        when = config.time_bonus > 0 and ranking.asks_when(query)
-        if not ranked or not (named or when or first):
+        about_time = ranking.asks_when(query)
+        when = config.time_bonus > 0 and about_time
+        asking = config.question_penalty > 0 and not about_time
+        if not ranked or not (named or when or first or asking):
             return ranked
         head = ranked[: max(k, ranking.SPEAKER_READ)]
         heads = read([s.id for s in head])
@@ -446,7 +451,7 @@ class LongTermMemory:
             self._speakers.heard(tenant, user, heads.values())
             names |= frozenset(self._speakers.named(tenant, user, query))
         said = {i: (h.speaker, h.text) for i, h in heads.items()}
-        extra = ranking.bonuses(said, names, when, config)
+        extra = ranking.bonuses(said, names, about_time, config)
         return ranking.favour(head, extra) + ranked[len(head) :]
 
     def get(
