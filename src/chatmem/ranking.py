@@ -323,6 +323,9 @@ def says_when(text: str) -> bool:
     return SAYS_TIME.search(text[:TIME_CHARS].lower()) is not None
 
 
+#: Only a memory's last characters are read by ``ends_asking``: how a text ends is in them,
+#: and a memory of 1-3K characters is not read whole for it (as ``TIME_CHARS``, but its end).
+END_CHARS = 500
 #: A trailing note in brackets ("[shares a photo of a lake]", "[image]") is not what a
 #: text ends by saying: ``ends_asking`` reads the words before it.
 _TRAILING_NOTE = re.compile(r"\s*\[[^\[\]]*\]\s*$")
@@ -330,8 +333,9 @@ _TRAILING_NOTE = re.compile(r"\s*\[[^\[\]]*\]\s*$")
 
 def ends_asking(text: str) -> bool:
     """Whether ``text`` ends with a question ("That's great! How long have you had
-    them?"), a trailing bracketed note aside; a question inside it does not count."""
-    end = text[-TIME_CHARS:].rstrip()
+    them?"), a trailing bracketed note aside; a question inside it does not count. Only
+    the last ``END_CHARS`` are read."""
+    end = text[-END_CHARS:].rstrip()
     if end.endswith("]"):  # the regular expression only where there is a note to drop
         end = _TRAILING_NOTE.sub("", end).rstrip()
     return end.endswith("?")
