@@ -386,3 +386,113 @@ GOLD: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "job_before": (("job1",), ()),
 }
 EVENTS = ("move", "job2", "breakup", "partner2", "pet2", "cuisine2", "sib_city")
+
+# --- long assistant replies (``--long-replies``) -----------------------------------------------
+# A chat model answers at length and restates what it was told: the reply right after a fact
+# names its value again, and every long reply carries advice on any topic, so that it shares
+# words with questions it has nothing to do with. Never gold: the user's turn is.
+
+RESTATE: dict[str, list[str]] = {
+    "home": [
+        "Having lived in {city} for a while, you probably know which neighbourhoods flood and "
+        "which cafés open early.",
+        "{city} rewards people who stay: the longer you live there, the more small places "
+        "you find.",
+    ],
+    "move": [
+        "Settling into {city} takes a few months, so be patient with yourself.",
+        "When people move to {city}, the first thing that helps is finding a local café, a "
+        "grocery store and a walking route near the new apartment.",
+    ],
+    "job1": [
+        "Being {a_role} at {employer} sounds like it asks a lot of your time and energy.",
+        "Many people who work as {a_role} say the first years are the hardest.",
+    ],
+    "job2": [
+        "Starting as {a_role} at {employer} is a big change, and the first weeks are for learning.",
+        "A new role as {a_role} usually means new people, new tools and new habits.",
+    ],
+    "partner1": [
+        "It sounds like {partner} really cares about you.",
+        "Relationships like yours with {partner} grow through small shared moments.",
+    ],
+    "breakup": [
+        "Ending things with {old_partner} must have been hard, even if it was the right call.",
+        "After a breakup, routines and friends help more than anything else.",
+    ],
+    "partner2": [
+        "Meeting {partner} sounds like a lovely start.",
+        "Early dates with someone like {partner} are a good time to learn what you both enjoy.",
+    ],
+    "partner_job": [
+        "Working as {a_partner_role} is demanding, and {partner} is lucky to have your support.",
+        "Long shifts as {a_partner_role} can be draining, so evenings together matter.",
+    ],
+    "pet1": [
+        "A {species} like {pet} needs play, a routine and regular check-ups.",
+        "Every {species} has its own habits, and {pet} sounds like no exception.",
+    ],
+    "pet2": [
+        "A new {species} needs a few weeks to feel at home, so give {pet} a quiet corner.",
+        "Shelter animals like {pet} often bond strongly once they trust you.",
+    ],
+    "cuisine1": [
+        "{cuisine} cooking has so many dishes worth trying at home.",
+        "If you love {cuisine} food, a cooking class could be fun.",
+    ],
+    "cuisine2": [
+        "Switching from {old_cuisine} to {cuisine} food is a fun change of taste.",
+        "{cuisine} dishes are a great thing to explore now that {old_cuisine} has lost its charm.",
+    ],
+    "sibling": [
+        "Time with your {sibling_rel} {sibling} sounds precious.",
+        "Siblings like {sibling} often become closer as adults.",
+    ],
+    "sib_city": [
+        "Moving to {sib_city} is a big adventure for {sibling}.",
+        "{sib_city} is a great place to study and meet new people.",
+    ],
+    "instrument": [
+        "The {instrument} takes patience, and regular practice pays off.",
+        "Playing the {instrument} in front of others is the best way to grow.",
+    ],
+    "allergy": [
+        "A {allergen} allergy means checking labels and asking in restaurants.",
+        "Carrying your medication helps when {allergen} turns up in a dish unexpectedly.",
+    ],
+    "sport": [
+        "{sport} is a great way to stay strong and meet people.",
+        "With {sport}, warming up and resting well matter as much as training.",
+    ],
+}
+
+ADVICE = [
+    "Here are a few things that usually help.",
+    "First, keep a simple routine: the same time to wake up, eat and wind down each day.",
+    "Second, make a short list of what matters this week and leave the rest for later.",
+    "If work feels heavy, a short walk at lunch or a proper break between meetings can help.",
+    "When you move to a new city, joining a club or a class is a quick way to meet people.",
+    "For a new job, asking questions early saves a lot of time later.",
+    "Cooking at home with a partner or a friend turns dinner into something to look forward to.",
+    "Pets need routine too: regular meals, play and a visit to the vet once a year.",
+    "Family calls are easier to keep up when they happen on the same evening every week.",
+    "Music practice works best in short daily sessions rather than one long weekend session.",
+    "Any sport you enjoy is better than the perfect one you never do.",
+    "If you travel, pack a day early and keep your documents in one place.",
+    "Sleep matters more than most people think: a dark room and no screens late help.",
+    "Budgeting gets easier when rent, food and savings each have their own account.",
+    "For food allergies, tell the restaurant before you order, not after.",
+    "Friends who listen are worth more than advice, so lean on them.",
+    "A new relationship is a good time to talk about what each of you needs.",
+    "Try to notice what gives you energy and what drains it, and plan around that.",
+    "If you feel stuck, writing things down for ten minutes can clear your head.",
+    "Small wins add up: finishing one thing today beats starting five.",
+    "Learning something new, a language or an instrument, keeps the mind fresh.",
+    "When plans change, it is fine to change your goals with them.",
+    "A weekend outdoors, hiking or by the water, resets a busy week.",
+    "Neighbours can be a great help once you get to know them.",
+    "It helps to celebrate the changes in your life, the big moves and the small ones.",
+    "Keep in touch with the people you care about, even with a short message.",
+    "Let me know if you want a more detailed plan, a checklist or some recipes.",
+    "I am happy to help you think it through step by step.",
+]

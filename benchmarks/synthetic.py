@@ -59,6 +59,7 @@ import _injection  # noqa: E402
 import locomo_retrieval as lr  # noqa: E402
 from _locomo import Turn, percentile_ms  # noqa: E402
 from _synthetic_text import (  # noqa: E402
+    ADVICE,
     ALLERGENS,
     ASK,
     BRANDS,
@@ -74,6 +75,7 @@ from _synthetic_text import (  # noqa: E402
     OTHERS_SAY,
     PETS,
     REPLY,
+    RESTATE,
     SAY,
     SIBLINGS,
     SMALL_TALK,
@@ -116,11 +118,16 @@ class Size:
     sessions: int = 30
     turns: int = 32  # per session, the user's and the assistant's together
     seed: int = 18
+    #: The assistant's replies made this many characters long, at least and at most (None:
+    #: the short replies); the rest of the conversation is the same either way.
+    long_replies: tuple[int, int] | None = None
 
     def check(self) -> None:
         """Raise ValueError when the size cannot hold every fact in order."""
         if self.users < 1 or self.sessions < 6 or self.turns < 8:
             raise ValueError("need --users >= 1, --sessions >= 6 and --turns >= 8")
+        if self.long_replies is not None and not 0 < self.long_replies[0] <= self.long_replies[1]:
+            raise ValueError("--long-replies takes LOW-HIGH, 0 < LOW <= HIGH")
 
 
 def generate(size: Size) -> list[Conversation]:
@@ -143,6 +150,8 @@ def _conversation(size: Size, index: int) -> Conversation:
         where.update(placed)
     month_of = {kind: dates[session].strftime("%B %Y") for kind, session in at.items()}
     questions = _questions(rng, persona, where, month_of)
+    if size.long_replies is not None:
+        turns = _lengthened(size, index, persona, turns, where, size.long_replies)
     return Conversation(f"synthetic-{index}", persona.slots["name"]["name"], turns, questions)
 
 
@@ -275,6 +284,37 @@ def _session(
         speaker = name if i % 2 == 0 else ASSISTANT
         turns.append(Turn(dia_id, speaker, text, number, stamp, ms))
     return turns, placed
+
+
+def _lengthened(
+    size: Size,
+    index: int,
+    persona: Persona,
+    turns: list[Turn],
+    where: dict[str, str],
+    chars: tuple[int, int],
+) -> list[Turn]:
+    """``turns`` with each of the assistant's replies made ``chars`` characters long: the
+    reply, then what the user just told restated (``RESTATE``), then advice on anything
+    (``ADVICE``), as a chat model answers. A generator of its own, so the facts, their turns
+    and the questions are those of the short replies."""
+    rng = random.Random(f"chatmem-synthetic-long:{size.seed}:{index}")
+    told = {dia_id: kind for kind, dia_id in where.items()}
+    out: list[Turn] = []
+    for n, turn in enumerate(turns):
+        if turn.speaker != ASSISTANT:
+            out.append(turn)
+            continue
+        kind = told.get(turns[n - 1].dia_id) if n else None
+        target = rng.randint(*chars)
+        parts = [turn.text]
+        if kind:
+            parts += [s.format(**persona.slots[kind]) for s in RESTATE[kind]]
+        advice = rng.sample(ADVICE, len(ADVICE))
+        while sum(len(p) + 1 for p in parts) < target:
+            parts.append(advice.pop() if advice else rng.choice(ADVICE))
+        out.append(replace(turn, text=" ".join(parts)[: chars[1]].rstrip()))
+    return out
 
 
 def session_date(when: datetime) -> str:
@@ -601,6 +641,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sessions", type=int, default=default.sessions)
     p.add_argument("--turns", type=int, default=default.turns, help="turns per session")
     p.add_argument("--seed", type=int, default=default.seed)
+    p.add_argument(
+        "--long-replies",
+        type=_span,
+        default=None,
+        metavar="LOW-HIGH",
+        help="the assistant's replies this many characters long, e.g. 1000-3000 (default: short)",
+    )
     p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")
     p.add_argument(
         "--budget-tokens",
@@ -616,9 +663,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _span(text: str) -> tuple[int, int]:
+    low, _, high = text.partition("-")
+    try:
+        return int(low), int(high or low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes LOW-HIGH, e.g. 1000-3000, not {text!r}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    size = Size(args.users, args.sessions, args.turns, args.seed)
+    size = Size(args.users, args.sessions, args.turns, args.seed, args.long_replies)
     names = [n.strip() for n in args.systems.split(",") if n.strip()]
     try:
         size.check()

@@ -27,7 +27,7 @@ from chatmem import (
     Source,
     ValidationError,
 )
-from chatmem.long_term import NEXT_TURN_REASON, SESSION_LOOKBACK
+from chatmem.long_term import MAX_CONTEXT_CHARS, NEXT_TURN_REASON, SESSION_LOOKBACK
 from chatmem.records import MAX_TEXT_CHARS, MemoryRecord, Vector
 from chatmem.stores import SQLiteStore, Usage
 from chatmem.text import PART_CHARS, embedding_text, index_fields
@@ -579,7 +579,10 @@ def test_a_long_previous_message_gives_all_its_parts_the_next_turn(
         {"role": "assistant", "content": "Thanks, I read it."}, user_id="u", session_id="s"
     )
     assert reply.context is not None and reply.context.before is not None
-    assert reply.context.before.startswith("Caroline: Section 0 covers")
+    # The end of the message, what was said just before the reply, within the context's cut.
+    assert reply.context.before.startswith("Caroline: …")
+    assert reply.context.before.endswith(parts[-1].text[-200:])
+    assert len(reply.context.before) == MAX_CONTEXT_CHARS
     for part in _stored(memory, [p.id for p in parts], "u"):
         assert part.context is not None and part.context.after == "assistant: Thanks, I read it."
 

@@ -3,7 +3,8 @@
 A memory said in a conversation (it has a ``Context``) is indexed as
 
 - ``text``: ``"<speaker>: <text>"`` (plus its summary);
-- ``before`` / ``after``: the neighbouring messages, ``"<speaker>: <text>"``;
+- ``before`` / ``after``: the neighbouring messages, ``"<speaker>: <text>"``, the
+  ``INDEXED_CONTEXT_CHARS`` of them nearest the memory;
 - ``when``: the day it was said, in words ("8 May 2023");
 
 and embedded as ``"<speaker>: <text>"``, the day left to the keyword half. A plain fact is
@@ -227,15 +228,26 @@ def said_on(moment: datetime) -> str:
     return f"{moment.day} {moment:%B} {moment.year}"
 
 
+#: How much of a chat turn's neighbours the keyword half indexes with it: the characters
+#: nearest the turn, the end of what came before and the start of what came after. A
+#: neighbour is there so that a short reply is found by what it answers ("I've had them for
+#: 3 years" by the question about the turtles); a long one (an assistant's answer of 1,000-
+#: 3,000 characters) gave each turn beside it the words of a whole answer, and made small
+#: talk match questions about jobs and cities. Every LoCoMo turn fits (487 at most), so
+#: LoCoMo indexes as before (docs/benchmarks.md, "Long replies").
+INDEXED_CONTEXT_CHARS = 600
+
+
 def index_fields(record: MemoryRecord) -> IndexFields:
-    """What the keyword half indexes for ``record`` (see the module docstring)."""
+    """What the keyword half indexes for ``record`` (see the module docstring); of its
+    neighbours, the ``INDEXED_CONTEXT_CHARS`` nearest it."""
     text = embedding_text(record)
     context = record.context
     if context is None:
         return IndexFields(text, "", "", "")
-    return IndexFields(
-        text, context.before or "", context.after or "", said_on(record.time.created_at)
-    )
+    before = (context.before or "")[-INDEXED_CONTEXT_CHARS:]
+    after = (context.after or "")[:INDEXED_CONTEXT_CHARS]
+    return IndexFields(text, before, after, said_on(record.time.created_at))
 
 
 def embedding_text(record: MemoryRecord) -> str:

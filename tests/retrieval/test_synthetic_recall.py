@@ -9,11 +9,13 @@ in the same run, category by category. The full size runs as a benchmark
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from benchmarks import synthetic
 from benchmarks._locomo import bm25_tokens, parse_session_date
+from benchmarks._synthetic_text import CITIES
 
 SIZE = synthetic.Size(users=6, sessions=8, turns=16, seed=18)
 
@@ -59,6 +61,30 @@ def test_changes_come_after_what_they_change(
                 assert min(session[e] for e in q.evidence) > max(session[s] for s in q.stale), q
             if q.category == "multi-hop":
                 assert len({session[e] for e in q.evidence}) == 2, q
+
+
+def test_long_replies_change_only_the_assistant_turns(
+    conversations: list[synthetic.Conversation],
+) -> None:
+    long = synthetic.generate(replace(SIZE, long_replies=(1000, 3000)))
+    assert synthetic.digest(long) != synthetic.digest(conversations)
+    for short, longer in zip(conversations, long, strict=True):
+        assert longer.questions == short.questions
+        for was, now in zip(short.turns, longer.turns, strict=True):
+            assert now.dia_id == was.dia_id and now.speaker == was.speaker
+            if now.speaker == synthetic.ASSISTANT:
+                assert 1000 <= len(now.text) <= 3000 and now.text.startswith(was.text)
+            else:
+                assert now == was
+    # The reply right after a fact restates the fact's value (a chat model's echo).
+    conv, shorter = long[0], conversations[0]
+    where = {t.dia_id: n for n, t in enumerate(conv.turns)}
+    move = next(q for q in shorter.questions if q.kind == "city_now")
+    (told,) = move.evidence
+    reply = conv.turns[where[told] + 1].text
+    city = next(c for c in CITIES if c in conv.turns[where[told]].text)
+    assert city in reply[len(shorter.turns[where[told] + 1].text) :]
+    assert synthetic.generate(replace(SIZE, long_replies=(1000, 3000))) == long
 
 
 def test_sessions_are_dated_as_locomo_dates_them(

@@ -77,14 +77,13 @@ class InputMessage:
         """Whether the message says anything: a text, or a tool call."""
         return bool(self.content.strip() or self.tool_calls)
 
-    def spoken(self) -> str:
+    def spoken(self, *, before: bool = False) -> str:
         """``"<speaker>: <text> [called <tool>(<arguments>)]"``, cut to ``MAX_CONTEXT_CHARS``
-        (it is context, not content)."""
+        (it is context, not content): its end when it comes ``before`` the turn it is the
+        context of, else its start; the part nearest that turn either way."""
         calls = (f"[called {call['name']}({call['arguments']})]" for call in self.tool_calls)
         said = " ".join(filter(None, [self.content.strip(), *calls]))
-        speaker = self.name or self.role
-        text = f"{speaker}: {said}" if speaker else said
-        return text[:MAX_CONTEXT_CHARS]
+        return context_text(self.name or self.role, said, before=before)
 
     def structured(self) -> dict[str, Any] | None:
         """The tool calls the message makes, or the call it answers, if any."""
@@ -209,3 +208,14 @@ def _timestamp(value: Any, field: str) -> datetime | None:
         else:
             return _timestamp(moment, field)
     raise ValidationError("must be milliseconds since the epoch or an ISO 8601 time", field=field)
+
+
+def context_text(speaker: str | None, said: str, *, before: bool) -> str:
+    """What a neighbouring turn that said ``said`` gives as context: ``"<speaker>: <said>"``
+    within ``MAX_CONTEXT_CHARS``, its end kept when it comes ``before`` the turn whose context
+    it is (what was said just before), else its start (what was said just after)."""
+    text = f"{speaker}: {said}" if speaker else said
+    if len(text) <= MAX_CONTEXT_CHARS or not before:
+        return text[:MAX_CONTEXT_CHARS]
+    prefix = f"{speaker}: …" if speaker else "…"
+    return prefix + said[len(prefix) - MAX_CONTEXT_CHARS :]

@@ -118,7 +118,7 @@ def turn_context(
     message = said[index]
     if message.role is None:
         return None
-    before = [*earlier, *(m.spoken() for m in said[:index])][-window:]
+    before = [*earlier, *(m.spoken(before=True) for m in said[:index])][-window:]
     later = said[index + 1 : index + 1 + window]
     return {
         "speaker": message.name or message.role,

@@ -13,7 +13,7 @@ from typing import Any
 
 from chatmem.caches import LRUCache, MiB
 from chatmem.errors import ConflictError, NotFoundError
-from chatmem.long_term.inputs import MAX_CONTEXT_CHARS, InputMessage
+from chatmem.long_term.inputs import InputMessage, context_text
 from chatmem.long_term.message_records import PART_KEY, PART_OF_KEY
 from chatmem.records import Context, Filter, MemoryRecord, utcnow
 from chatmem.stores import MemoryStore
@@ -186,13 +186,12 @@ class SessionTails:
 
 
 def turn_spoken(turn: Sequence[MemoryRecord]) -> str:
-    """A stored turn (its memories: one, or the parts of a long message) as a neighbour's
-    context, as ``InputMessage.spoken`` gives it: ``"<speaker>: <text>"``, cut."""
+    """A stored turn (its memories: one, or the parts of a long message) as the context of
+    the turns after it, as ``InputMessage.spoken(before=True)`` gives it: ``"<speaker>:
+    <text>"``, its end kept."""
     said = "\n".join(record.content.raw for record in turn)
     context = turn[0].context
-    speaker = context.speaker if context else None
-    text = f"{speaker}: {said}" if speaker else said
-    return text[:MAX_CONTEXT_CHARS]
+    return context_text(context.speaker if context else None, said, before=True)
 
 
 def _tail_key(owner: Mapping[str, Any], access: Mapping[str, Any] | None) -> _TailKey:
