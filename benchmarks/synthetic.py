@@ -24,6 +24,12 @@ of 1,000 cl100k tokens (``--budget-tokens``; see ``_injection``).
 
     python benchmarks/synthetic.py --json docs/results/synthetic-<date>.json   # full size
     python benchmarks/synthetic.py --users 6 --sessions 8 --turns 16            # the CI size
+    python benchmarks/synthetic.py --long-replies 1000-3000                     # long replies
+
+``--long-replies`` keeps every fact, turn id and question and makes each of the assistant's
+replies that many characters long, as a chat model answers: the short reply, what the user
+just told restated (``RESTATE``), then advice on anything (``ADVICE``). A long reply is never
+gold; it shares the words of the facts next to it and of questions it has nothing to do with.
 
 The words (value pools, how each fact is said, replies, small talk, question wordings) are in
 ``_synthetic_text.py``. BM25 is rank_bm25's BM25Okapi when it is installed, else ``Okapi``
