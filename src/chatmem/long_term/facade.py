@@ -269,10 +269,9 @@ class LongTermMemory:
         names of the speakers it names (``name_free_share``, ``chatmem.long_term.speakers``).
         A question about time favours what says when (``time_bonus``); for any other
         query, what ends by asking a question comes after what tells (``question_penalty``).
-        Among the first 50,
-        what matches the query's word pieces one by one better than the others gains
-        (``late_weight``, ``chatmem.long_term.late``), unless ``late`` is false (the
-        retriever's searches under load leave it out).
+        Among the first 50, what matches the query's word pieces one by one better than the
+        others gains (``late_weight``, ``chatmem.long_term.late``), unless ``late`` is false
+        (the retriever's searches under load leave it out).
 
         Facts that were superseded (``valid_to`` in the past) are left out unless
         ``include_superseded`` is set or the filter asks for a moment (``valid_at``, or
