@@ -7,6 +7,7 @@ superseded facts and what a concurrent delete took, a repeated remark after the 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import NamedTuple, TypeVar
 
 from chatmem import ranking
@@ -23,6 +24,16 @@ REPEATS_READ = 4
 Reader = Callable[[list[str]], Mapping[str, Head]]
 
 T = TypeVar("T")
+
+
+def read_times(read: Reader) -> Callable[[list[str]], dict[str, datetime]]:
+    """When each memory ``read`` gives was said or became true (its ``valid_from``, else
+    its ``created_at``): what ``ranking.latest_first`` orders by."""
+
+    def times(ids: list[str]) -> dict[str, datetime]:
+        return {i: h.valid_from or h.created_at for i, h in read(ids).items()}
+
+    return times
 
 
 def remembering(

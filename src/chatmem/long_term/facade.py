@@ -20,7 +20,7 @@ from chatmem import text as textlib
 from chatmem.embeddings import Embedder, LocalEmbedder, embed_queries
 from chatmem.errors import NotFoundError, ValidationError
 from chatmem.long_term import jsonl
-from chatmem.long_term.choosing import Reader, Shortlisted, chosen, remembering
+from chatmem.long_term.choosing import Reader, Shortlisted, chosen, read_times, remembering
 from chatmem.long_term.inputs import MessageLike, heard_messages, message_items
 from chatmem.long_term.jsonl import OnConflict
 from chatmem.long_term.late import KeepsStates, LateRerank
@@ -268,7 +268,8 @@ class LongTermMemory:
         names said ranks higher (``speaker_bonus``), and the query's vector leaves out the
         names of the speakers it names (``name_free_share``, ``chatmem.long_term.speakers``).
         A question about time favours what says when (``time_bonus``); for any other
-        query, what ends by asking a question comes after what tells (``question_penalty``).
+        query, what ends by asking a question comes after what tells (``question_penalty``);
+        one about the present ("now") orders the k found latest first (``present_bonus``).
         Among the first 50, what matches the query's word pieces one by one better than the
         others gains (``late_weight``, ``chatmem.long_term.late``), unless ``late`` is false
         (the retriever's searches under load leave it out).
@@ -392,9 +393,12 @@ class LongTermMemory:
         ranked = self._favour(ranking.fuse(candidates, self.ranking), query, names, scope, k, read)
         if late and self._late is not None:
             ranked = self._late.reranked(ranked, query, scope, read, self.ranking.late_weight)
-        # The threshold holds for the scores as reported, the bonuses and the late rerank's
-        # moves in them: a score a search gave, asked as a threshold, keeps its memory.
-        return ranking.select(ranked, len(ranked), threshold), current_only
+        # The threshold holds for the scores with the bonuses and the late rerank's moves in
+        # them, and before the present's reorder, which changes the order of what passed.
+        ranked = ranking.select(ranked, len(ranked), threshold)
+        if self.ranking.present_bonus > 0 and ranking.asks_now(query):
+            ranked = ranking.latest_first(ranked, k, self.ranking.present_bonus, read_times(read))
+        return ranked, current_only
 
     def _chosen(
         self,
