@@ -108,30 +108,46 @@ class RankingConfig:
     present_bonus: float = 0.1
 
     def __post_init__(self) -> None:
-        if self.vector_weight < 0 or self.keyword_weight < 0:
-            raise ValidationError("weights must be non-negative", field="ranking")
+        for name in _FRACTIONS:
+            _check_fraction(name, getattr(self, name))
+        for name in ("candidates", "keyword_floor_hits"):
+            value = getattr(self, name)
+            if type(value) is not int:  # a bool is not a count
+                raise ValidationError("must be a whole number", field=f"ranking.{name}")
+        if type(self.repeats_last) is not bool:
+            raise ValidationError("must be true or false", field="ranking.repeats_last")
+        floor = self.keyword_floor
+        if isinstance(floor, bool) or not isinstance(floor, int | float) or not floor >= 0:
+            raise ValidationError("must be a non-negative number", field="ranking.keyword_floor")
         if abs(self.vector_weight + self.keyword_weight - 1.0) > 1e-6:
             raise ValidationError("vector_weight + keyword_weight must be 1", field="ranking")
         if self.candidates < 1:
             raise ValidationError("must be at least 1", field="ranking.candidates")
-        if not self.keyword_floor >= 0:
-            raise ValidationError("must be non-negative", field="ranking.keyword_floor")
         if self.keyword_floor_hits < 0:
             raise ValidationError("must be non-negative", field="ranking.keyword_floor_hits")
-        if not 0 <= self.keyword_cosine <= 1:
-            raise ValidationError("must be between 0 and 1", field="ranking.keyword_cosine")
-        if not 0 <= self.speaker_bonus <= 1:
-            raise ValidationError("must be between 0 and 1", field="ranking.speaker_bonus")
-        if not 0 <= self.name_free_share <= 1:
-            raise ValidationError("must be between 0 and 1", field="ranking.name_free_share")
-        if not 0 <= self.time_bonus <= 1:
-            raise ValidationError("must be between 0 and 1", field="ranking.time_bonus")
-        if not 0 <= self.question_penalty <= 1:
-            raise ValidationError("must be between 0 and 1", field="ranking.question_penalty")
-        if not 0 <= self.late_weight <= 1:
-            raise ValidationError("must be between 0 and 1", field="ranking.late_weight")
-        if not 0 <= self.present_bonus <= 1:
-            raise ValidationError("must be between 0 and 1", field="ranking.present_bonus")
+
+
+#: The settings of ``RankingConfig`` that are shares or bonuses: a number from 0 to 1.
+_FRACTIONS = (
+    "vector_weight",
+    "keyword_weight",
+    "keyword_cosine",
+    "speaker_bonus",
+    "name_free_share",
+    "time_bonus",
+    "question_penalty",
+    "late_weight",
+    "present_bonus",
+)
+
+
+def _check_fraction(name: str, value: object) -> None:
+    """Raise ``ValidationError`` naming ``ranking.<name>`` unless ``value`` is a number
+    (not a bool) from 0 to 1."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError("must be a number", field=f"ranking.{name}")
+    if not 0 <= value <= 1:  # NaN too
+        raise ValidationError("must be between 0 and 1", field=f"ranking.{name}")
 
 
 DEFAULT_RANKING = RankingConfig()
