@@ -48,6 +48,7 @@ change (docs/benchmarks.md, "Now: the latest of what was found first").
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -112,12 +113,12 @@ class RankingConfig:
             _check_fraction(name, getattr(self, name))
         for name in ("candidates", "keyword_floor_hits"):
             value = getattr(self, name)
-            if type(value) is not int:  # a bool is not a count
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise ValidationError("must be a whole number", field=f"ranking.{name}")
         if type(self.repeats_last) is not bool:
             raise ValidationError("must be true or false", field="ranking.repeats_last")
         floor = self.keyword_floor
-        if isinstance(floor, bool) or not isinstance(floor, int | float) or not floor >= 0:
+        if isinstance(floor, bool) or not isinstance(floor, numbers.Real) or not floor >= 0:
             raise ValidationError("must be a non-negative number", field="ranking.keyword_floor")
         if abs(self.vector_weight + self.keyword_weight - 1.0) > 1e-6:
             raise ValidationError("vector_weight + keyword_weight must be 1", field="ranking")
@@ -144,9 +145,9 @@ _FRACTIONS = (
 def _check_fraction(name: str, value: object) -> None:
     """Raise ``ValidationError`` naming ``ranking.<name>`` unless ``value`` is a number
     (not a bool) from 0 to 1."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValidationError("must be a number", field=f"ranking.{name}")
-    if not 0 <= value <= 1:  # NaN too
+    if not 0 <= float(value) <= 1:  # NaN too
         raise ValidationError("must be between 0 and 1", field=f"ranking.{name}")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from chatmem import RankingConfig, ValidationError
@@ -61,6 +62,11 @@ def test_the_other_settings_are_refused_naming_them(settings: dict[str, Any], fi
     with pytest.raises(ValidationError) as raised:
         RankingConfig(**settings)
     assert raised.value.field == field
+
+
+def test_numpy_numbers_are_numbers() -> None:
+    config = RankingConfig(candidates=np.int64(20), present_bonus=np.float32(0.25))
+    assert config.candidates == 20 and config.present_bonus == pytest.approx(0.25)
 
 
 def test_the_defaults_and_a_keyword_floor_above_1_are_taken() -> None:
