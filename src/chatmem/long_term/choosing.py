@@ -27,11 +27,11 @@ T = TypeVar("T")
 
 
 def read_times(read: Reader) -> Callable[[list[str]], dict[str, datetime]]:
-    """When each memory ``read`` gives was said or became true (its ``valid_from``, else
-    its ``created_at``): what ``ranking.latest_first`` orders by."""
+    """When each memory ``read`` gives became true or was said (``Head.since``): what
+    ``ranking.latest_first`` orders by."""
 
     def times(ids: list[str]) -> dict[str, datetime]:
-        return {i: h.valid_from or h.created_at for i, h in read(ids).items()}
+        return {i: h.since for i, h in read(ids).items()}
 
     return times
 

@@ -140,7 +140,7 @@ def scored_order(
     for index, (head, rel) in enumerate(zip(heads, relevance, strict=True)):
         if rel < threshold:
             continue
-        recency = _recency(head.valid_from or head.created_at, now, weights.half_life_days)
+        recency = _recency(head.since, now, weights.half_life_days)
         score = (
             weights.relevance * rel
             + weights.recency * recency

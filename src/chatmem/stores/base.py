@@ -195,6 +195,12 @@ class Head(NamedTuple):
         superseded fact."""
         return self.valid_to is not None and self.valid_to <= now
 
+    @property
+    def since(self) -> datetime:
+        """When the memory became true (``valid_from``), else when it was said
+        (``created_at``): what recency and a question about the present count from."""
+        return self.valid_from or self.created_at
+
     @classmethod
     def of(cls, record: MemoryRecord) -> Head:
         """The head of a whole record."""
