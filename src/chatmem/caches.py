@@ -19,6 +19,8 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from pydantic import BaseModel
 
+from chatmem import checks
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -73,8 +75,9 @@ class LRUCache(Generic[K, V]):
         size: Callable[[K, V], int] | None = None,
         on_evict: Callable[[K, V], None] | None = None,
     ) -> None:
-        if max_bytes < 0:
-            raise ValueError("max_bytes must be at least 0")
+        checks.whole(max_bytes, "max_bytes", low=0)
+        if max_entries is not None:
+            checks.whole(max_entries, "max_entries")
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self._size = size or (lambda key, value: size_of(key) + size_of(value))

@@ -48,13 +48,13 @@ change (docs/benchmarks.md, "Now: the latest of what was found first").
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple, TypeVar
 
+from chatmem import checks
 from chatmem.errors import ValidationError
 from chatmem.records import Candidate
 from chatmem.text import STOP_WORDS
@@ -110,22 +110,23 @@ class RankingConfig:
 
     def __post_init__(self) -> None:
         for name in _FRACTIONS:
-            _check_fraction(name, getattr(self, name))
-        for name in ("candidates", "keyword_floor_hits"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise ValidationError("must be a whole number", field=f"ranking.{name}")
-        if type(self.repeats_last) is not bool:
-            raise ValidationError("must be true or false", field="ranking.repeats_last")
-        floor = self.keyword_floor
-        if isinstance(floor, bool) or not isinstance(floor, numbers.Real) or not floor >= 0:
-            raise ValidationError("must be a non-negative number", field="ranking.keyword_floor")
+            checks.number(getattr(self, name), f"ranking.{name}", low=0, high=1)
+        checks.whole(self.candidates, "ranking.candidates", low=1)
+        checks.whole(
+            self.keyword_floor_hits,
+            "ranking.keyword_floor_hits",
+            low=0,
+            message="must be non-negative",
+        )
+        checks.flag(self.repeats_last, "ranking.repeats_last")
+        checks.number(
+            self.keyword_floor,
+            "ranking.keyword_floor",
+            low=0,
+            message="must be a non-negative number",
+        )
         if abs(self.vector_weight + self.keyword_weight - 1.0) > 1e-6:
             raise ValidationError("vector_weight + keyword_weight must be 1", field="ranking")
-        if self.candidates < 1:
-            raise ValidationError("must be at least 1", field="ranking.candidates")
-        if self.keyword_floor_hits < 0:
-            raise ValidationError("must be non-negative", field="ranking.keyword_floor_hits")
 
 
 #: The settings of ``RankingConfig`` that are shares or bonuses: a number from 0 to 1.
@@ -140,15 +141,6 @@ _FRACTIONS = (
     "late_weight",
     "present_bonus",
 )
-
-
-def _check_fraction(name: str, value: object) -> None:
-    """Raise ``ValidationError`` naming ``ranking.<name>`` unless ``value`` is a number
-    (not a bool) from 0 to 1."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValidationError("must be a number", field=f"ranking.{name}")
-    if not 0 <= float(value) <= 1:  # NaN too
-        raise ValidationError("must be between 0 and 1", field=f"ranking.{name}")
 
 
 DEFAULT_RANKING = RankingConfig()
@@ -473,8 +465,10 @@ def decay_score(
     used); many uses slow the fall. With the defaults an unused memory of importance 0.5 falls
     under 0.2 after about 139 days, one of importance 0.9 after about 195 days.
     """
-    if half_life_s <= 0 or access_half_life_s <= 0:
-        raise ValidationError("half-lives must be positive", field="half_life_s")
+    for half_life in (half_life_s, access_half_life_s):
+        checks.number(
+            half_life, "half_life_s", positive=True, message="half-lives must be positive"
+        )
     weight = min(max(importance, 0.0), 1.0)
     stretched = half_life_s * (1.0 + IMPORTANCE_STRETCH * weight)
     freshness: float = 0.5 ** (max(age_s, 0.0) / stretched)

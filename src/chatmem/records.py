@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from chatmem import checks
 from chatmem.errors import ValidationError
 from chatmem.strict_json import INT64_MAX
 
@@ -93,11 +94,13 @@ def new_id() -> str:
 MAX_RESULTS = 10_000
 
 
-def check_count(value: int, field: str) -> None:
-    """Refuse a page size or a ``k`` outside 1 to ``MAX_RESULTS`` (a ValidationError naming
-    ``field``): past it a store's integers overflow, and no caller reads that many at once."""
-    if not 1 <= value <= MAX_RESULTS:
-        raise ValidationError(f"must be 1 to {MAX_RESULTS}", field=field)
+def check_count(value: int, field: str) -> int:
+    """``value`` as an ``int`` (numpy's too, which a backend cannot bind); refuse a page size
+    or a ``k`` outside 1 to ``MAX_RESULTS`` (a ValidationError naming ``field``): past it a
+    store's integers overflow, and no caller reads that many at once."""
+    return checks.whole(
+        value, field, low=1, high=MAX_RESULTS, message=f"must be 1 to {MAX_RESULTS}"
+    )
 
 
 def to_ms(moment: datetime) -> int:

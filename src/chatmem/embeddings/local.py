@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
 
+from chatmem import checks
 from chatmem.caches import LRUCache, MiB
 from chatmem.embeddings import quantize, tokens
 from chatmem.errors import EmbeddingError, ValidationError
@@ -117,6 +118,8 @@ class LocalEmbedder:
         for name, value in (("query_model", query_model), ("document_model", document_model)):
             if value not in ("fast", "exact"):
                 raise ValidationError(f"must be 'fast' or 'exact', not {value!r}", field=name)
+        checks.whole(cache_size, "cache_size")
+        checks.whole(cache_bytes, "cache_bytes", low=0)
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
         self._threads = threads

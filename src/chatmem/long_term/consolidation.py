@@ -38,8 +38,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from chatmem import checks
 from chatmem import text as textlib
-from chatmem.errors import LLMError, ValidationError
+from chatmem.errors import LLMError
 from chatmem.llm.base import ChatModel
 from chatmem.llm.jsonfix import complete_json
 from chatmem.long_term.facade import LongTermMemory
@@ -229,8 +230,9 @@ def consolidate(
 ) -> list[MemoryRecord]:
     """Merge each cluster of a user's related current memories into one summary memory
     (see the module docstring); returns the summaries written."""
-    if min_cluster < 2:
-        raise ValidationError("must be at least 2", field="min_cluster")
+    checks.whole(min_cluster, "min_cluster", low=2)
+    checks.number(similarity, "similarity")
+    checks.whole(max_memories, "max_memories")
     moment = now or utcnow()
     scope = Filter(tenant_id=tenant_id, user_id=user_id)
     records = [
@@ -402,8 +404,9 @@ def reflect(
 ) -> list[MemoryRecord]:
     """Turn recurring patterns of a user's current memories into reflective memories
     (see the module docstring); returns those written or updated."""
-    if min_evidence < 2:
-        raise ValidationError("must be at least 2", field="min_evidence")
+    checks.whole(min_evidence, "min_evidence", low=2)
+    checks.whole(max_patterns, "max_patterns")
+    checks.whole(max_memories, "max_memories")
     moment = now or utcnow()
     scope = Filter(tenant_id=tenant_id, user_id=user_id)
     current = _current(long_term, scope, moment, max_memories)

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from chatmem.errors import ValidationError
+from chatmem import checks
 from chatmem.foreground import FOREGROUND
 from chatmem.long_term.facade import LongTermMemory
 from chatmem.ranking import DEFAULT_ACCESS_HALF_LIFE_S, DEFAULT_HALF_LIFE_S, decay_score
@@ -109,8 +109,9 @@ def sweep_decay(
     ``threshold``; pinned memories are left alone. Safe to run while others write: a
     score is written over whatever else changed meanwhile, and a memory deleted meanwhile
     is skipped."""
-    if not 0.0 <= threshold <= 1.0:
-        raise ValidationError("must be between 0 and 1", field="threshold")
+    checks.number(threshold, "threshold", low=0, high=1)
+    checks.number(min_change, "min_change")
+    checks.whole(page_size, "page_size")
     rules = _Rules(threshold, now or utcnow(), half_lives, min_change)
     scope = Filter(tenant_id=tenant_id, user_id=user_id)
     expired = long_term.store.delete(scope.model_copy(update={"expired": True}), EXPIRED_REASON)
@@ -189,8 +190,7 @@ def enforce_quota(
     Pinned memories are never deleted and do not make room: a user with more pinned
     memories than ``limit`` keeps them all (a warning is logged).
     """
-    if limit < 0:
-        raise ValidationError("must be at least 0", field="max_memories_per_user")
+    checks.whole(limit, "max_memories_per_user", low=0)
     scope = Filter(tenant_id=tenant_id, user_id=user_id)
     excess = long_term.store.count(scope) - limit
     if excess <= 0:

@@ -18,8 +18,8 @@ import pydantic
 from chatmem import ranking
 from chatmem import text as textlib
 from chatmem.embeddings import Embedder, LocalEmbedder, embed_queries
-from chatmem.errors import NotFoundError, ValidationError
-from chatmem.long_term import jsonl
+from chatmem.errors import NotFoundError
+from chatmem.long_term import inputs, jsonl
 from chatmem.long_term.choosing import Reader, Shortlisted, chosen, read_times, remembering
 from chatmem.long_term.inputs import MessageLike, heard_messages, message_items
 from chatmem.long_term.jsonl import OnConflict
@@ -39,7 +39,6 @@ from chatmem.records import (
     Page,
     SearchResult,
     Vector,
-    check_count,
     utcnow,
     validation_error,
 )
@@ -135,9 +134,8 @@ class LongTermMemory:
         owner = _owner(tenant_id, user_id, agent_id, project_id, session_id)
         access = {"allowed_roles": sorted(set(allowed_roles))} if allowed_roles else None
         heard = heard_messages(items)
-        options = AddOptions(
-            owner, metadata, type, {"importance": importance, "tags": tags}, access
-        )
+        extras = {"importance": inputs.optional_number(importance, "importance"), "tags": tags}
+        options = AddOptions(owner, metadata, type, extras, access)
         window = self.context_window
         earlier = self._tails.earlier(owner, heard, access, window) if session_id else []
         records = call_records(heard, options, [turn_spoken(t) for t in earlier], window)
@@ -189,8 +187,8 @@ class LongTermMemory:
         (``"never"`` removes it). An expired memory is not found."""
         old = self.get(memory_id, tenant_id=tenant_id, user_id=user_id)
         meta_changes = {
-            "importance": importance,
-            "confidence": confidence,
+            "importance": inputs.optional_number(importance, "importance"),
+            "confidence": inputs.optional_number(confidence, "confidence"),
             "tags": list(tags) if tags is not None else None,
         }
         try:
@@ -280,6 +278,7 @@ class LongTermMemory:
         stays answerable (SPEC X3).
         """
         scope = self._search_scope(user_id, tenant_id, filter)
+        inputs.check_search(query, k, threshold)
         records: dict[str, MemoryRecord] = {}
         read = remembering(
             lambda ids: {r.id: r for r in self.store.get(ids, scope)}, records, Head.of
@@ -331,6 +330,7 @@ class LongTermMemory:
         single cost of the interpreter lock (docs/benchmarks.md, "A rerank that reads what
         it ranks by")."""
         scope = self._search_scope(user_id, tenant_id, filter)
+        inputs.check_search(query, k, threshold)
         read = remembering(partial(self.store.heads, scope=scope), {}, lambda head: head)
         ranked, current_only = self._ranked(
             query, scope, k, threshold, include_superseded, read, late=late
@@ -369,9 +369,6 @@ class LongTermMemory:
         """The store's candidates for ``query`` within ``scope`` (a user's), fused and
         favoured (``read`` gives the heads favouring reads), best first, the late rerank's
         moves in them when ``late``; and whether only current facts count (see ``search``)."""
-        if not query or not query.strip():
-            raise ValidationError("query is empty", field="query")
-        check_count(k, "k")
         tenant_id, user_id = scope.tenant_id, scope.require_user()
         # Who the query names: capitalised words, and known speakers' names in any case.
         speakers = self._speakers.named(tenant_id, user_id, query)

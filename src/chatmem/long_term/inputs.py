@@ -7,7 +7,8 @@ kept: in the context of the messages around them (``[called name(args)]``) and, 
 result's ``tool_call_id``, in ``content.structured`` of a message that has text. A chat in
 which no message has text stores nothing and returns ``[]``; a blank plain text, a message
 without ``content`` (unless it calls tools) or with content of another type is a
-ValidationError.
+ValidationError. ``check_search`` and ``optional_number`` check what ``search`` and ``add``
+take besides.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from chatmem import checks
 from chatmem import text as textlib
 from chatmem.errors import ValidationError
-from chatmem.records import Source, utc_ms
+from chatmem.records import Source, check_count, utc_ms
 
 #: Message roles accepted by ``add``.
 ROLES = frozenset({"user", "assistant", "system", "tool"})
@@ -219,3 +221,18 @@ def context_text(speaker: str | None, said: str, *, before: bool) -> str:
         return text[:MAX_CONTEXT_CHARS]
     prefix = f"{speaker}: …" if speaker else "…"
     return prefix + said[len(prefix) - MAX_CONTEXT_CHARS :]
+
+
+def check_search(query: str, k: int, threshold: float | None) -> None:
+    """Refuse a blank query, a ``k`` that is not a whole number from 1 to ``MAX_RESULTS``
+    and a ``threshold`` that is not a number (a ValidationError naming it)."""
+    if not query or not query.strip():
+        raise ValidationError("query is empty", field="query")
+    check_count(k, "k")
+    optional_number(threshold, "threshold")
+
+
+def optional_number(value: object, field: str) -> float | None:
+    """``value`` as a float when it is a number (``checks.number``: a bool is not), None
+    when it is None; its range is the record's to check."""
+    return None if value is None else checks.number(value, field)

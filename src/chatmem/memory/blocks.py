@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from chatmem import checks
 from chatmem.errors import ChatmemError, ValidationError
 from chatmem.extraction.base import Extractor, Fact
 from chatmem.llm.base import ChatModel
@@ -60,8 +61,7 @@ class MemoryBlock(ABC):
             raise ValidationError(
                 "a block name is 1 to 40 lower-case letters, digits or _", field="name"
             )
-        if priority < 0:
-            raise ValidationError("must be 0 or more", field="priority")
+        checks.whole(priority, "priority", low=0, message="must be 0 or more")
         self.name = name
         self.priority = priority
 
@@ -162,8 +162,7 @@ class FactExtractionBlock(MemoryBlock):
         store: SessionStore | None = None,
     ) -> None:
         super().__init__(name, priority)
-        if max_facts < 1:
-            raise ValidationError("must be at least 1", field="max_facts")
+        checks.whole(max_facts, "max_facts", low=1)
         self.extractor = extractor or _default_extractor()
         self.max_facts = max_facts
         self.condenser = condenser
@@ -305,8 +304,11 @@ class VectorBlock(MemoryBlock):
         super().__init__(name, priority)
         if scope not in ("user", "session"):
             raise ValidationError("scope is 'user' or 'session'", field="scope")
-        if top_k < 1 or context_window < 1:
+        counts = (checks.whole(top_k, "top_k"), checks.whole(context_window, "context_window"))
+        if min(counts) < 1:
             raise ValidationError("top_k and context_window must be at least 1", field="top_k")
+        if threshold is not None:
+            checks.number(threshold, "threshold")
         self.long_term = long_term
         self.top_k = top_k
         self.context_window = context_window

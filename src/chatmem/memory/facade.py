@@ -20,6 +20,7 @@ from typing import Any
 
 import pydantic
 
+from chatmem import checks
 from chatmem.errors import ValidationError
 from chatmem.formats import Format, Interrupted, Mode, parse_messages, render_message
 from chatmem.llm.base import ChatModel
@@ -69,6 +70,8 @@ class Memory:
         extraction: Extraction | None = None,
     ) -> None:
         _check_limits(token_limit, short_term_ratio)
+        if working_state_every is not None:
+            checks.whole(working_state_every, "working_state_every")
         names = [block.name for block in blocks]
         if len(set(names)) != len(names):
             raise ValidationError(f"block names must be unique, got {names}", field="blocks")
@@ -284,10 +287,8 @@ class Extraction:
 
 
 def _check_limits(token_limit: int, ratio: float) -> None:
-    if token_limit < MIN_TOKEN_LIMIT:
-        raise ValidationError(f"must be at least {MIN_TOKEN_LIMIT}", field="token_limit")
-    if not 0.0 < ratio <= 1.0:
-        raise ValidationError("must be in (0, 1]", field="short_term_ratio")
+    checks.whole(token_limit, "token_limit", low=MIN_TOKEN_LIMIT)
+    checks.number(ratio, "short_term_ratio", positive=True, high=1)
 
 
 def _state_message(state: dict[str, Any]) -> Message:

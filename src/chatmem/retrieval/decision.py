@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
 
+from chatmem import checks
 from chatmem.errors import ValidationError
 from chatmem.retrieval.turns import ChatMessage, Turn, normal, read_turns
 
@@ -174,8 +175,7 @@ class DecisionRules:
     emoji_is_acknowledgement: bool = True
 
     def __post_init__(self) -> None:
-        if self.min_chars < 0:
-            raise ValidationError("must be 0 or more", field="min_chars")
+        checks.whole(self.min_chars, "min_chars", low=0, message="must be 0 or more")
         for pattern in (*self.general_knowledge, self.personal):
             try:
                 re.compile(pattern)

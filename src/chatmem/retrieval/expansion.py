@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
+from chatmem import checks
 from chatmem.errors import ValidationError
 from chatmem.long_term import LongTermMemory
 from chatmem.records import Filter, MemoryRecord, RelationType, utcnow
@@ -39,7 +40,7 @@ def expand(
     ``limit``, and only those a reader holding ``roles`` may see (None: all). The target
     of an ``updates`` link, or of a ``contradicts`` link from a newer memory, is marked
     superseded."""
-    if hops < 0 or limit < 0:
+    if checks.whole(hops, "hops") < 0 or checks.whole(limit, "limit") < 0:
         raise ValidationError("hops and limit must be 0 or more", field="hops")
     moment = now or utcnow()
     readers = frozenset(roles) if roles is not None else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from chatmem.errors import ValidationError
+from chatmem import checks
 from chatmem.long_term import LongTermMemory, Shortlisted
 from chatmem.ranking import repeats_last
 from chatmem.records import Filter, MemoryType, utcnow
@@ -189,7 +189,5 @@ def _narrowing(
 
 def check_search(k: int, threshold: float) -> None:
     """Raise ``ValidationError`` unless ``k`` is at least 1 and ``threshold`` in [0, 1]."""
-    if k < 1:
-        raise ValidationError("must be at least 1", field="k")
-    if not 0.0 <= threshold <= 1.0:
-        raise ValidationError("must be between 0 and 1", field="threshold")
+    checks.whole(k, "k", low=1)
+    checks.number(threshold, "threshold", low=0, high=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from chatmem import checks
 from chatmem.errors import ValidationError
 from chatmem.retrieval.reranking import RetrievedMemory
 from chatmem.retrieval.turns import ChatMessage, as_dict
@@ -48,8 +49,7 @@ def pack(
     When all of them fit together (the usual case: five memories in a budget of hundreds of
     tokens) that is the answer, counted once: trying them one by one counted the message
     again for each line, 15 encodings for 5 lines (5 % of a loaded service's CPU)."""
-    if budget_tokens < 0:
-        raise ValidationError("must be 0 or more", field="budget_tokens")
+    checks.whole(budget_tokens, "budget_tokens", low=0, message="must be 0 or more")
     check_template(template)
     whole = _content(lines, template, header)
     if lines and message_tokens(counter, {"role": "system", "content": whole}) <= budget_tokens:

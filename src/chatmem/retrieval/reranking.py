@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import NamedTuple
 
+from chatmem import checks
 from chatmem.errors import ValidationError
 from chatmem.ranking import repeats_last
 from chatmem.records import MemoryRecord, RelationType, SearchResult
@@ -57,11 +58,14 @@ class RerankWeights:
     half_life_days: float = 30.0
 
     def __post_init__(self) -> None:
-        weights = (self.relevance, self.recency, self.importance)
-        if min(weights) < 0 or abs(sum(weights) - 1.0) > 1e-6:
+        weights = [
+            checks.number(getattr(self, name), f"weights.{name}")
+            for name in ("relevance", "recency", "importance")
+        ]
+        # A NaN sum is never near 1.
+        if min(weights) < 0 or not abs(sum(weights) - 1.0) <= 1e-6:
             raise ValidationError("weights must be non-negative and sum to 1", field="weights")
-        if self.half_life_days <= 0:
-            raise ValidationError("must be positive", field="weights.half_life_days")
+        checks.number(self.half_life_days, "weights.half_life_days", positive=True)
 
 
 DEFAULT_WEIGHTS = RerankWeights()

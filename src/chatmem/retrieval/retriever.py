@@ -13,6 +13,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
+from chatmem import checks
 from chatmem.errors import ValidationError
 from chatmem.llm.base import ChatModel
 from chatmem.long_term import LongTermMemory
@@ -120,11 +121,15 @@ class Retriever:
         search_queue_ms: float | None = None,
     ) -> None:
         check_search(k, threshold)
+        checks.whole(context_turns, "context_turns")
+        checks.whole(hops, "hops")
         if search_workers is None:
             search_workers = default_search_workers()
         if hyde and rewriter is None:
             raise ValidationError("HyDE needs a model (rewriter)", field="hyde")
-        if search_budget_ms <= 0 or budget_tokens < 0 or search_workers < 1:
+        budget_ms = checks.number(search_budget_ms, "search_budget_ms")
+        workers = checks.whole(search_workers, "search_workers")
+        if not budget_ms > 0 or checks.whole(budget_tokens, "budget_tokens") < 0 or workers < 1:
             raise ValidationError(
                 "search_budget_ms and search_workers must be positive, budget_tokens 0 or more",
                 field="retriever",

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import NamedTuple
 
+from chatmem import checks
 from chatmem.errors import StoreError, ValidationError
 from chatmem.foreground import FOREGROUND
 from chatmem.long_term import LongTermMemory
@@ -41,11 +42,13 @@ class UsageRecorder:
     def __init__(
         self, long_term: LongTermMemory, *, flush_every_s: float = 5.0, max_batch: int = 500
     ) -> None:
-        if flush_every_s <= 0 or max_batch < 1:
+        every_s = checks.number(flush_every_s, "flush_every_s")
+        batch = checks.whole(max_batch, "max_batch")
+        if not every_s > 0 or batch < 1:  # not > 0: NaN too
             raise ValidationError("flush_every_s and max_batch must be positive", field="usage")
         self.long_term = long_term
-        self.flush_every_s = flush_every_s
-        self.max_batch = max_batch
+        self.flush_every_s = every_s
+        self.max_batch = batch
         self._pending: dict[_Key, _Use] = {}
         self._lock = threading.Lock()
         self._flushing = threading.Lock()

@@ -29,6 +29,7 @@ from urllib.parse import quote, unquote
 
 import redis
 
+from chatmem import checks
 from chatmem.errors import ConflictError, StoreError, StoreUnavailableError, ValidationError
 from chatmem.messages import Message, SessionKey, check_turn_order, last_turn_id, now_ms
 from chatmem.sessions.base import SessionInfo, SessionState, SessionStore
@@ -147,8 +148,8 @@ class RedisSessionStore(SessionStore):
     ) -> None:
         if not prefix:
             raise ValidationError("must not be empty", field="prefix")
-        if ttl_s is not None and ttl_s < 1:
-            raise ValidationError("must be at least 1 second", field="ttl_s")
+        if ttl_s is not None:
+            ttl_s = checks.whole(ttl_s, "ttl_s", low=1, message="must be at least 1 second")
         self.url = url
         self.prefix = prefix
         self.ttl_s = ttl_s

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from chatmem import checks
 from chatmem.caches import LRUCache, MiB, size_of
 from chatmem.errors import ConflictError, ValidationError
 from chatmem.llm.base import ChatModel
@@ -64,12 +65,13 @@ class OverflowPolicy:
                 f"unknown overflow strategy {self.strategy!r} (trim, summarize, flush)",
                 field="strategy",
             )
-        if self.max_turns < 1:
-            raise ValidationError("must be at least 1", field="max_turns")
-        if self.keep_turns is not None and not 1 <= self.keep_turns <= self.max_turns:
-            raise ValidationError("must be between 1 and max_turns", field="keep_turns")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValidationError("must be at least 1", field="max_tokens")
+        max_turns = checks.whole(self.max_turns, "max_turns", low=1)
+        if self.keep_turns is not None:
+            between = "must be between 1 and max_turns"
+            checks.whole(self.keep_turns, "keep_turns", low=1, high=max_turns, message=between)
+        if self.max_tokens is not None:
+            checks.whole(self.max_tokens, "max_tokens", low=1)
+        checks.whole(self.summary_tokens, "summary_tokens")
 
     @property
     def kept_turns(self) -> int:
@@ -121,6 +123,9 @@ class ShortTermMemory:
     _logs: LRUCache[SessionKey, _Log] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.state_every is not None:
+            checks.whole(self.state_every, "state_every")
+        checks.whole(self.log_cache_bytes, "log_cache_bytes", low=0)
         self._logs = LRUCache(
             self.log_cache_bytes,
             max_entries=LOG_CACHE_SESSIONS,

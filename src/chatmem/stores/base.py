@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from chatmem import checks
 from chatmem.errors import DimensionError, StoreError, ValidationError
 from chatmem.records import (
     Candidate,
@@ -95,10 +96,9 @@ class Usage:
     decay_score: float | None = None
 
     def __post_init__(self) -> None:
-        if self.count < 0:
-            raise ValidationError("must be at least 0", field="count")
-        if self.decay_score is not None and not 0.0 <= self.decay_score <= 1.0:
-            raise ValidationError("must be between 0 and 1", field="decay_score")
+        checks.whole(self.count, "count", low=0)
+        if self.decay_score is not None:
+            checks.number(self.decay_score, "decay_score", low=0, high=1)
 
     def applied(self, record: MemoryRecord) -> MemoryRecord:
         """``record`` with this use written into it (the reference semantics of ``touch``)."""
@@ -330,7 +330,7 @@ class MemoryStore(ABC):
 
         This default reads every record of the tenant; a backend that can ask its index
         for the distinct users overrides it."""
-        check_count(limit, "limit")
+        limit = check_count(limit, "limit")
         found: set[str] = set()
         cursor: str | None = None
         while True:

@@ -39,7 +39,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from chatmem.errors import ConfigError, ValidationError
+from chatmem import checks
+from chatmem.errors import ConfigError
 from chatmem.records import (
     Candidate,
     EmbeddingInfo,
@@ -95,8 +96,7 @@ class CachedStore(MemoryStore):
         *,
         retry_after_s: float = RETRY_AFTER_S,
     ) -> None:
-        if ttl_s < 1:
-            raise ValidationError("must be at least 1 second", field="ttl_s")
+        ttl_s = checks.whole(ttl_s, "ttl_s", low=1, message="must be at least 1 second")
         self.inner = inner
         self.capabilities = inner.capabilities
         self.ttl_s = ttl_s

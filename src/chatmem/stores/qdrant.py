@@ -488,7 +488,7 @@ class QdrantStore(VectorDBStore):
 
     # Defined last: inside the class body, ``list`` names this method from here on.
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
-        check_count(limit, "limit")
+        limit = check_count(limit, "limit")
         after = qf.decode_cursor(cursor) if cursor is not None else None
         if not self._has_memories():
             return Page([], None)

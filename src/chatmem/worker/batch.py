@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from chatmem import checks
 from chatmem.errors import ValidationError
 from chatmem.messages import Message, SessionKey
 
@@ -42,12 +43,10 @@ class RetryPolicy:
     lease_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValidationError("must be at least 1", field="max_attempts")
-        if self.backoff_s < 0 or self.max_backoff_s < 0:
-            raise ValidationError("must not be negative", field="backoff_s")
-        if self.lease_s <= 0:
-            raise ValidationError("must be positive", field="lease_s")
+        checks.whole(self.max_attempts, "max_attempts", low=1)
+        for backoff in (self.backoff_s, self.max_backoff_s):
+            checks.number(backoff, "backoff_s", low=0, message="must not be negative")
+        checks.number(self.lease_s, "lease_s", positive=True)
 
 
 @dataclass(frozen=True)

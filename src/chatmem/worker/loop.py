@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Self
 
-from chatmem.errors import ChatmemError, LLMError, ValidationError
+from chatmem import checks
+from chatmem.errors import ChatmemError, LLMError
 from chatmem.extraction.base import Extractor
 from chatmem.foreground import FOREGROUND
 from chatmem.long_term import LongTermMemory
@@ -81,8 +82,10 @@ class Worker:
         poll_s: float = 0.5,
         max_memories_per_user: int | None = None,
     ) -> None:
-        if batch_size < 1:
-            raise ValidationError("must be at least 1", field="batch_size")
+        checks.whole(batch_size, "batch_size", low=1)
+        checks.number(poll_s, "poll_s")
+        if max_memories_per_user is not None:
+            checks.whole(max_memories_per_user, "max_memories_per_user", low=0)
         self.outbox = outbox
         self.long_term = long_term
         self.extractor = extractor

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chatmem.errors import ValidationError
+from chatmem import checks
 from chatmem.records import Vector
 
 #: A user message that states a preference or gives a standing instruction about themselves.
@@ -45,12 +45,12 @@ class Triggers:
     max_buffer: int = 60
 
     def __post_init__(self) -> None:
-        if self.every_turns is not None and self.every_turns < 1:
-            raise ValidationError("must be at least 1", field="every_turns")
-        if self.topic_change is not None and not 0.0 < self.topic_change <= 2.0:
-            raise ValidationError("must be in (0, 2]", field="topic_change")
-        if self.max_buffer < 1:
-            raise ValidationError("must be at least 1", field="max_buffer")
+        if self.every_turns is not None:
+            checks.whole(self.every_turns, "every_turns", low=1)
+        if self.topic_change is not None:
+            checks.number(self.topic_change, "topic_change", positive=True, high=2)
+        checks.whole(self.min_topic_words, "min_topic_words")
+        checks.whole(self.max_buffer, "max_buffer", low=1)
 
 
 def is_explicit(text: str) -> bool:

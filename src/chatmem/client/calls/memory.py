@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from chatmem import checks
 from chatmem.client.calls.call import (
     EXPORT_PATH,
     IMPORT_PATH,
@@ -61,6 +62,12 @@ def _wire_message(item: MessageLike, index: int) -> dict[str, Any]:
     return message
 
 
+def _number(value: object, field: str) -> float | None:
+    """``value`` as a plain float, which JSON can carry (numpy's is not), or None; the
+    service checks its range."""
+    return None if value is None else checks.number(value, field)
+
+
 def _memories(data: Any) -> builtins.list[MemoryRecord]:
     return [MemoryRecord.model_validate(item) for item in data["memories"]]
 
@@ -103,7 +110,7 @@ class MemoryCalls:
                 "session_id": session_id,
                 "metadata": dict(metadata) if metadata is not None else None,
                 "type": type,
-                "importance": importance,
+                "importance": _number(importance, "importance"),
                 "tags": builtins.list(tags) if tags is not None else None,
                 "allowed_roles": builtins.list(allowed_roles) if allowed_roles else None,
             }
@@ -133,11 +140,11 @@ class MemoryCalls:
         body: dict[str, Any] = {
             "user_id": user_id,
             "query": query,
-            "k": k,
+            "k": checks.whole(k, "k"),
             "include_superseded": include_superseded,
         }
         if threshold is not None:
-            body["threshold"] = threshold
+            body["threshold"] = checks.number(threshold, "threshold")
         if filter is not None:
             if filter.user_id not in (None, user_id):
                 raise ValidationError("differs from user_id", field="filter.user_id")
@@ -199,8 +206,8 @@ class MemoryCalls:
                 "user_id": user_id,
                 "content": text,
                 "metadata": dict(metadata) if metadata is not None else None,
-                "importance": importance,
-                "confidence": confidence,
+                "importance": _number(importance, "importance"),
+                "confidence": _number(confidence, "confidence"),
                 "tags": builtins.list(tags) if tags is not None else None,
                 "reason": reason,
             }
@@ -274,8 +281,9 @@ class MemoryCalls:
     def list(scope: Filter, *, limit: int = 100, cursor: str | None = None) -> Call[Page]:
         """Memories matching ``scope`` (by ``LIST_FIELDS``), oldest first, a page at a
         time: follow ``next_cursor`` until it is None."""
-        if not 1 <= limit <= MAX_PAGE:
-            raise ValidationError(f"must be 1 to {MAX_PAGE}", field="limit")
+        limit = checks.whole(
+            limit, "limit", low=1, high=MAX_PAGE, message=f"must be 1 to {MAX_PAGE}"
+        )
         params = {**_list_params(scope), **present({"limit": limit, "cursor": cursor})}
         return Call(
             "GET", MEMORY, _page, Safety.READ, params=params, tenant_id=tenant_named(None, scope)

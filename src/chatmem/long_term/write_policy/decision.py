@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from chatmem.errors import ValidationError
+from chatmem import checks
 from chatmem.extraction.base import Fact
 from chatmem.extraction.poisoning import is_instruction_to_model
 from chatmem.long_term.details import agree, details_of
@@ -61,12 +61,9 @@ class WriteConfig:
 
     def __post_init__(self) -> None:
         for name in ("min_importance", "min_confidence", "update_similarity"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValidationError("must be between 0 and 1", field=name)
-        if not -1.0 <= self.related_similarity <= 1.0:
-            raise ValidationError("must be between -1 and 1", field="related_similarity")
-        if self.candidates < 1:
-            raise ValidationError("must be at least 1", field="candidates")
+            checks.number(getattr(self, name), name, low=0, high=1)
+        checks.number(self.related_similarity, "related_similarity", low=-1, high=1)
+        checks.whole(self.candidates, "candidates", low=1)
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,7 @@ class MilvusStore(VectorDBStore):
     def users(
         self, tenant_id: str, *, after: str | None = None, limit: int = 1000
     ) -> builtins.list[str]:
-        check_count(limit, "limit")
+        limit = check_count(limit, "limit")
         if not self._has_memories():
             return []
         return reads.users(self._db, tenant_id, after, limit)
@@ -187,7 +187,7 @@ class MilvusStore(VectorDBStore):
 
     # Defined last: inside the class body, ``list`` names this method from here on.
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
-        check_count(limit, "limit")
+        limit = check_count(limit, "limit")
         after = decode_cursor(cursor) if cursor is not None else None
         if not self._has_memories():
             return Page([], None)

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from chatmem.errors import ConfigError, EmbedderMismatchError, ValidationError
+from chatmem import checks
+from chatmem.errors import ConfigError, EmbedderMismatchError
 from chatmem.records import (
     Candidate,
     EmbeddingInfo,
@@ -81,8 +82,7 @@ class PostgresStore(MemoryStore):
     ) -> None:
         if not SCHEMA_NAME.match(prefix):
             raise ConfigError(f"schema prefix {prefix!r} must match {SCHEMA_NAME.pattern}")
-        if pool_size < 1:
-            raise ValidationError("must be at least 1", field="pool_size")
+        checks.whole(pool_size, "pool_size", low=1)
         self._database = PostgresDatabase(
             conninfo,
             schema=prefix,
@@ -289,7 +289,7 @@ class PostgresStore(MemoryStore):
             )
 
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
-        check_count(limit, "limit")
+        limit = check_count(limit, "limit")
         conditions, params = where(scope)
         if cursor is not None:
             created_ms, seq = read_cursor(cursor)
@@ -315,7 +315,7 @@ class PostgresStore(MemoryStore):
     def users(
         self, tenant_id: str, *, after: str | None = None, limit: int = 1000
     ) -> builtins.list[str]:
-        check_count(limit, "limit")
+        limit = check_count(limit, "limit")
         with self._transaction() as conn:
             rows = conn.execute(
                 # Byte order ("C"), which is Python's order of the ids too.

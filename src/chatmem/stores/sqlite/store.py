@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chatmem import checks
 from chatmem.errors import EmbedderMismatchError
 from chatmem.records import (
     Candidate,
@@ -82,6 +83,15 @@ class SQLiteStore(MemoryStore):
         keyword_cache_rows: int = MIN_ROWS,
         head_cache_bytes: int = HEADS_BUDGET_BYTES,
     ) -> None:
+        budgets = {
+            "vector_cache_bytes": vector_cache_bytes,
+            "field_cache_bytes": field_cache_bytes,
+            "keyword_cache_bytes": keyword_cache_bytes,
+            "head_cache_bytes": head_cache_bytes,
+        }
+        for name, budget in budgets.items():
+            checks.whole(budget, name, low=0)
+        checks.whole(keyword_cache_rows, "keyword_cache_rows")
         self.path = str(path)
         self._file = SQLiteFile(path, synchronous=synchronous)
         self._vector_cache = VectorCache(vector_cache_bytes)
@@ -247,7 +257,7 @@ class SQLiteStore(MemoryStore):
         self._file.write(keep)
 
     def list(self, scope: Filter, limit: int = 100, cursor: str | None = None) -> Page:
-        check_count(limit, "limit")
+        limit = check_count(limit, "limit")
         conditions, params = where(scope)
         if cursor is not None:
             conditions += " AND (m.created_at, m.rowid) > (?, ?)"
@@ -269,7 +279,7 @@ class SQLiteStore(MemoryStore):
     def users(
         self, tenant_id: str, *, after: str | None = None, limit: int = 1000
     ) -> builtins.list[str]:
-        check_count(limit, "limit")
+        limit = check_count(limit, "limit")
         with self._file.read() as conn:
             rows = conn.execute(
                 "SELECT DISTINCT user_id FROM memories WHERE tenant_id = ? AND user_id > ?"
@@ -392,7 +402,7 @@ class SQLiteStore(MemoryStore):
 
     def heaviest(self, limit: int) -> builtins.list[tuple[str, str, int]]:
         """The ``limit`` users with the most memories, most first: (tenant, user, count)."""
-        check_count(limit, "limit")
+        limit = check_count(limit, "limit")
         with self._file.read() as conn:
             rows = conn.execute(
                 "SELECT tenant_id, user_id, count(*) AS n FROM memories"

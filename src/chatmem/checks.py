@@ -1,0 +1,92 @@
+"""The checks of the numbers and flags a caller hands the library, written once.
+
+A value of the wrong kind is refused with a ``ValidationError`` naming the field as the
+caller wrote it, never a ``TypeError`` from a comparison further in: a bool is not a number
+(``True`` is not a count of 1), a whole number is any ``numbers.Integral`` and a number any
+``numbers.Real`` (numpy's too, handed back as Python's ``int`` and ``float``), and NaN is in
+no range. ``message`` is what a value out of its range is told, where a check said it in
+words of its own ("must be at least 1 second"); the default says the bounds.
+
+Only ``chatmem.errors`` is imported, so every layer may use these.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from chatmem.errors import ValidationError
+
+
+def whole(
+    value: object,
+    field: str,
+    *,
+    low: int | None = None,
+    high: int | None = None,
+    message: str | None = None,
+) -> int:
+    """``value`` as an ``int`` when it is a whole number from ``low`` to ``high`` (either
+    bound left out: none); else a ``ValidationError`` naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValidationError("must be a whole number", field=field)
+    count = int(value)
+    if (low is not None and count < low) or (high is not None and count > high):
+        raise ValidationError(message or _range(low, high), field=field)
+    return count
+
+
+def number(
+    value: object,
+    field: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    positive: bool = False,
+    message: str | None = None,
+) -> float:
+    """``value`` as a ``float`` when it is a number from ``low`` to ``high``, and above 0
+    when ``positive``; else a ``ValidationError`` naming ``field``. With any bound, NaN is
+    refused as out of range; with none, any number is taken."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValidationError("must be a number", field=field)
+    real = float(value)
+    if low is None and high is None and not positive:
+        return real
+    inside = (
+        not math.isnan(real)
+        and (low is None or real >= low)
+        and (high is None or real <= high)
+        and (not positive or real > 0)
+    )
+    if not inside:
+        raise ValidationError(message or _range(low, high, positive=positive), field=field)
+    return real
+
+
+def flag(value: object, field: str) -> bool:
+    """``value`` when it is ``True`` or ``False`` (not 1, not ``"no"``); else a
+    ``ValidationError`` naming ``field``."""
+    if not isinstance(value, bool):
+        raise ValidationError("must be true or false", field=field)
+    return value
+
+
+def _range(low: float | None, high: float | None, *, positive: bool = False) -> str:
+    """What a value out of its bounds is told, in the words the library's checks use."""
+    if positive:
+        return "must be positive" if high is None else f"must be in (0, {_shown(high)}]"
+    if low is not None and high is not None:
+        return f"must be between {_shown(low)} and {_shown(high)}"
+    if low is not None:
+        return f"must be at least {_shown(low)}"
+    assert high is not None  # only a value with a bound is ever out of range
+    return f"must be at most {_shown(high)}"
+
+
+def _shown(bound: float) -> str:
+    """A bound as a message writes it: 0, not 0.0."""
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+__all__ = ["flag", "number", "whole"]
