@@ -44,6 +44,7 @@ from chatmem.records import (
 )
 from chatmem.stores import MemoryStore, open_store
 from chatmem.stores.base import Change, Head, SearchQuery, Usage
+from chatmem.threads import Prefetched
 
 #: How many messages before and after a message give it its context.
 DEFAULT_CONTEXT_WINDOW = 1
@@ -374,16 +375,16 @@ class LongTermMemory:
         speakers = self._speakers.named(tenant_id, user_id, query)
         names = ranking.named(query) | frozenset(speakers)
         share = self.ranking.name_free_share
-        # The embedding runs in a thread of its own while the store starts on the words.
-        embedding = self._embedding_pool().submit(
-            name_free_vector, self._embed_queries, query, speakers, share
-        )
+        # Embedded where the store asks, in a thread of its own while it waits on I/O.
+        vector = partial(name_free_vector, self._embed_queries, query, speakers, share)
+        embedding = Prefetched(vector, self._embedding_pool)
         candidates = self.store.search(
             SearchQuery(
                 filter=scope,
                 text=query,
                 candidates=max(self.ranking.candidates, 2 * k),
-                embed=embedding.result,
+                embed=embedding,
+                prefetch=embedding.start,
             )
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None

@@ -47,9 +47,11 @@ class Capabilities:
 class SearchQuery:
     """A search over one user's memories. ``candidates`` is the size of each half's list.
 
-    The query vector is ``vector``, or what ``embed`` returns: a caller that starts the
-    embedding before the search passes a function that waits for it, so a store can run its
-    keyword half meanwhile (the SQLite store does; ``with_vector`` resolves it up front).
+    The query vector is ``vector``, or what ``embed`` returns when first asked for
+    (``with_vector`` resolves it up front). ``prefetch``, where the caller gives one,
+    starts ``embed`` in a thread of its own: a store calls it (``start_embedding``) before
+    work that leaves the interpreter lock free, so the two overlap (SQLite's full-text
+    search); before work in Python it does not, since a thread would only compete with it.
     """
 
     filter: Filter
@@ -57,6 +59,13 @@ class SearchQuery:
     text: str | None = None
     candidates: int = 50
     embed: Callable[[], Vector] | None = field(default=None, compare=False, repr=False)
+    prefetch: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+
+    def start_embedding(self) -> None:
+        """Start computing the vector in the caller's thread for it (``prefetch``), where
+        the vector is still to come and the caller gave one."""
+        if self.vector is None and self.embed is not None and self.prefetch is not None:
+            self.prefetch()
 
     def query_vector(self) -> Vector | None:
         """The vector, waiting for ``embed`` if that is where it comes from."""
@@ -68,7 +77,7 @@ class SearchQuery:
         """This query with its vector computed (for stores that need it first)."""
         if self.vector is not None or self.embed is None:
             return self
-        return replace(self, vector=self.embed(), embed=None)
+        return replace(self, vector=self.embed(), embed=None, prefetch=None)
 
 
 @dataclass(frozen=True)

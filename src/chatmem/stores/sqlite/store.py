@@ -321,7 +321,7 @@ class SQLiteStore(MemoryStore):
         allowed = admitted(conn, query.filter, self._field_cache, versions)
         hits = self._keyword_half(conn, query, user, versions, allowed) if query.text else None
         keyword = dict(hits.best) if hits is not None else {}
-        # Asked for only now: an embedding started before the search ran meanwhile.
+        # Asked for only now: where the keyword half was FTS5's, it ran meanwhile.
         vector = query.query_vector()
         cosine: dict[int, float] = {}
         vectors = None
@@ -360,6 +360,7 @@ class SQLiteStore(MemoryStore):
         # Small users never reach the tokenizer: their words are FTS5's alone.
         terms = None if words is None else self._keyword_cache.terms(query.text)
         if words is None or terms is None:
+            query.start_embedding()  # FTS5 leaves the interpreter lock free meanwhile
             return halves.keyword_half(conn, query, user, allowed)
         return halves.cached_keyword_half(words, terms, query, allowed)
 
