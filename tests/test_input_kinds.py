@@ -6,6 +6,7 @@ nothing."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from chatmem import (
 )
 from chatmem.caches import LRUCache
 from chatmem.client.calls.memory import MemoryCalls
+from chatmem.messages import Message, Role, SessionKey
 from chatmem.ranking import decay_score
 from chatmem.records import check_count, utcnow
 from chatmem.retrieval import expand, pack, search
@@ -52,6 +54,7 @@ from chatmem.stores.base import Usage
 from chatmem.stores.cached import CachedStore
 from chatmem.tokens import default_counter
 from chatmem.worker.batch import RetryPolicy
+from chatmem.worker.sqlite import SQLiteOutbox
 
 #: whole: a count; number: any number; range: a number with bounds, so NaN is refused too.
 Kind = Literal["whole", "number", "range"]
@@ -134,7 +137,7 @@ CASES: dict[str, Case] = {
         lambda lt, v: RetryPolicy(max_attempts=v), "max_attempts", "whole", 5
     ),
     "RetryPolicy.max_backoff_s": Case(
-        lambda lt, v: RetryPolicy(max_backoff_s=v), "backoff_s", "range", 600
+        lambda lt, v: RetryPolicy(max_backoff_s=v), "max_backoff_s", "range", 600
     ),
     "RetryPolicy.lease_s": Case(lambda lt, v: RetryPolicy(lease_s=v), "lease_s", "range", 30),
     "OverflowPolicy.max_turns": Case(
@@ -152,6 +155,12 @@ CASES: dict[str, Case] = {
     ),
     "DecisionRules.min_chars": Case(
         lambda lt, v: DecisionRules(min_chars=v), "min_chars", "whole", 2
+    ),
+    "decay_score access_half_life_s": Case(
+        lambda lt, v: decay_score(0, None, 0, 0.5, access_half_life_s=v),
+        "access_half_life_s",
+        "range",
+        86_400,
     ),
     "decay_score half_life_s": Case(
         lambda lt, v: decay_score(0, None, 0, 0.5, half_life_s=v), "half_life_s", "range", 86_400
@@ -330,7 +339,7 @@ def bad_values(case: Case) -> Iterator[tuple[str, Any, str]]:
     if not case.optional:
         yield "None", None, case.field
     if case.kind == "whole":
-        yield "fraction", 2.5, case.field
+        yield "fraction", case.good + 0.5, case.field  # in range but for its fraction
         yield "nan", NAN, case.field
     if case.kind == "range":
         yield "nan", NAN, shared
@@ -358,6 +367,59 @@ def test_numpy_numbers_are_taken_where_plain_ones_are(memory: LongTermMemory, na
     case.call(memory, case.good if case.kind == "whole" else float(case.good))
     numpy_value = np.int64(case.good) if case.kind == "whole" else np.float32(case.good)
     case.call(memory, numpy_value)
+
+
+WHOLE = [name for name, case in CASES.items() if case.kind == "whole" and case.builds]
+
+
+@pytest.mark.parametrize("name", WHOLE)
+def test_a_whole_number_written_with_a_point_is_taken(memory: LongTermMemory, name: str) -> None:
+    """``64e6`` bytes or ``4096.0`` tokens, as a config file or arithmetic gives them."""
+    case = CASES[name]
+    case.call(memory, float(case.good))
+    case.call(memory, np.float64(case.good))
+
+
+@pytest.mark.parametrize(
+    "name", [name for name, case in CASES.items() if case.kind == "range" and case.builds]
+)
+def test_a_number_too_big_for_a_float_is_out_of_range(memory: LongTermMemory, name: str) -> None:
+    case = CASES[name]
+    with pytest.raises(ValidationError) as refused:
+        case.call(memory, 10**400)
+    assert refused.value.field in {case.field, case.range_field}  # the caller's, or the range's
+
+
+def test_what_a_whole_number_is_handed_on_as() -> None:
+    """Python's ``int``: numpy's would reach a store's driver or the client's JSON."""
+    worker = Worker(InMemoryOutbox(), None, OfflineExtractor(), batch_size=np.float64(2))  # type: ignore[arg-type]
+    assert type(worker.batch_size) is int and worker.batch_size == 2
+    call = MemoryCalls.search("tea", user_id="u", k=np.int64(5), threshold=np.float32(0.25))
+    assert json.loads(json.dumps(call.json))["k"] == 5
+    assert type(call.json["threshold"]) is float
+
+
+def test_a_numpy_batch_size_claims_from_a_sqlite_outbox(
+    memory: LongTermMemory, tmp_path: Path
+) -> None:
+    outbox = SQLiteOutbox(tmp_path / "outbox.db")
+    try:
+        said = [Message(id="m1", role=Role.USER, content="I am allergic to peanuts.")]
+        outbox.enqueue(SessionKey("default", "u", "s1"), said)
+        worker = Worker(outbox, memory, OfflineExtractor(), batch_size=np.int64(2))
+        worker.run_once()
+        assert memory.count(Filter(user_id="u")) >= 1
+    finally:
+        outbox.close()
+
+
+def test_none_keeps_its_meaning_where_it_had_one(memory: LongTermMemory) -> None:
+    """None as the embedder's entry cap (the byte budget alone), as reflection's pattern
+    cap (all of them) and as the worker's poll (woken by ``notify`` alone)."""
+    embedder = LocalEmbedder(cache_size=None)
+    assert embedder.embed_query("green tea").shape == (embedder.dimension,)
+    assert reflect(memory, "u", max_patterns=None) == []
+    assert Worker(InMemoryOutbox(), memory, OfflineExtractor(), poll_s=None).poll_s is None
 
 
 # -- a refused call stores nothing ------------------------------------------------------------

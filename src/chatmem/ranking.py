@@ -111,13 +111,17 @@ class RankingConfig:
     def __post_init__(self) -> None:
         for name in _FRACTIONS:
             checks.number(getattr(self, name), f"ranking.{name}", low=0, high=1)
-        checks.whole(self.candidates, "ranking.candidates", low=1)
-        checks.whole(
+        # A count written with a point (50.0, as a config file may give it) is kept as int.
+        object.__setattr__(
+            self, "candidates", checks.whole(self.candidates, "ranking.candidates", low=1)
+        )
+        hits = checks.whole(
             self.keyword_floor_hits,
             "ranking.keyword_floor_hits",
             low=0,
             message="must be non-negative",
         )
+        object.__setattr__(self, "keyword_floor_hits", hits)
         checks.flag(self.repeats_last, "ranking.repeats_last")
         checks.number(
             self.keyword_floor,
@@ -465,10 +469,11 @@ def decay_score(
     used); many uses slow the fall. With the defaults an unused memory of importance 0.5 falls
     under 0.2 after about 139 days, one of importance 0.9 after about 195 days.
     """
-    for half_life in (half_life_s, access_half_life_s):
-        checks.number(
-            half_life, "half_life_s", positive=True, message="half-lives must be positive"
-        )
+    for name, half_life in (
+        ("half_life_s", half_life_s),
+        ("access_half_life_s", access_half_life_s),
+    ):
+        checks.number(half_life, name, positive=True, message="half-lives must be positive")
     weight = min(max(importance, 0.0), 1.0)
     stretched = half_life_s * (1.0 + IMPORTANCE_STRETCH * weight)
     freshness: float = 0.5 ** (max(age_s, 0.0) / stretched)

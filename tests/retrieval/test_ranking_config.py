@@ -50,7 +50,7 @@ def test_every_number_from_0_to_1_is_taken(name: str, value: float) -> None:
         ({"candidates": True}, "ranking.candidates"),
         ({"candidates": 0}, "ranking.candidates"),
         ({"keyword_floor_hits": -1}, "ranking.keyword_floor_hits"),
-        ({"keyword_floor_hits": 8.0}, "ranking.keyword_floor_hits"),
+        ({"keyword_floor_hits": 8.5}, "ranking.keyword_floor_hits"),
         ({"keyword_floor": "0.001"}, "ranking.keyword_floor"),
         ({"keyword_floor": float("nan")}, "ranking.keyword_floor"),
         ({"keyword_floor": -1e-3}, "ranking.keyword_floor"),
@@ -72,3 +72,10 @@ def test_numpy_numbers_are_numbers() -> None:
 def test_the_defaults_and_a_keyword_floor_above_1_are_taken() -> None:
     assert RankingConfig() == RankingConfig(keyword_floor=1e-3)
     assert RankingConfig(keyword_floor=2, candidates=1, keyword_floor_hits=0).keyword_floor == 2
+
+
+def test_a_count_written_with_a_point_is_kept_as_a_whole_number() -> None:
+    """50.0 from a config file is 50, an ``int``: it reaches SQL's LIMIT and slices."""
+    config = RankingConfig(candidates=50.0, keyword_floor_hits=8.0)  # type: ignore[arg-type]
+    assert (config.candidates, config.keyword_floor_hits) == (50, 8)
+    assert type(config.candidates) is int and type(config.keyword_floor_hits) is int

@@ -107,7 +107,7 @@ class LocalEmbedder:
         *,
         threads: int | None = None,
         spin: bool = False,
-        cache_size: int = 2048,
+        cache_size: int | None = 2048,
         cache_bytes: int = 16 * MiB,
         query_model: Literal["fast", "exact"] = "fast",
         query_threads: int = 1,
@@ -118,7 +118,8 @@ class LocalEmbedder:
         for name, value in (("query_model", query_model), ("document_model", document_model)):
             if value not in ("fast", "exact"):
                 raise ValidationError(f"must be 'fast' or 'exact', not {value!r}", field=name)
-        checks.whole(cache_size, "cache_size")
+        if cache_size is not None:  # None: the byte budget alone
+            checks.whole(cache_size, "cache_size", low=0)
         checks.whole(cache_bytes, "cache_bytes", low=0)
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path

@@ -166,7 +166,7 @@ class Pattern:
 
 
 def find_patterns(
-    records: Sequence[MemoryRecord], min_evidence: int, max_patterns: int = 10
+    records: Sequence[MemoryRecord], min_evidence: int, max_patterns: int | None = 10
 ) -> list[Pattern]:
     """Subjects, tags and content words shared by at least ``min_evidence`` records (pure).
 
@@ -399,14 +399,15 @@ def reflect(
     min_evidence: int = 3,
     now: datetime | None = None,
     prompt: str = REFLECTION_PROMPT,
-    max_patterns: int = 10,
+    max_patterns: int | None = 10,
     max_memories: int = 5000,
 ) -> list[MemoryRecord]:
     """Turn recurring patterns of a user's current memories into reflective memories
     (see the module docstring); returns those written or updated."""
     checks.whole(min_evidence, "min_evidence", low=2)
-    checks.whole(max_patterns, "max_patterns")
-    checks.whole(max_memories, "max_memories")
+    if max_patterns is not None:  # None: all of them
+        max_patterns = checks.whole(max_patterns, "max_patterns", low=0)
+    max_memories = checks.whole(max_memories, "max_memories")
     moment = now or utcnow()
     scope = Filter(tenant_id=tenant_id, user_id=user_id)
     current = _current(long_term, scope, moment, max_memories)

@@ -29,7 +29,7 @@ from chatmem import checks
 from chatmem.foreground import FOREGROUND
 from chatmem.long_term.facade import LongTermMemory
 from chatmem.ranking import DEFAULT_ACCESS_HALF_LIFE_S, DEFAULT_HALF_LIFE_S, decay_score
-from chatmem.records import Filter, MemoryRecord, utcnow
+from chatmem.records import Filter, MemoryRecord, check_count, utcnow
 from chatmem.stores.base import MemoryStore, Usage
 
 logger = logging.getLogger("chatmem.decay")
@@ -110,8 +110,8 @@ def sweep_decay(
     score is written over whatever else changed meanwhile, and a memory deleted meanwhile
     is skipped."""
     checks.number(threshold, "threshold", low=0, high=1)
-    checks.number(min_change, "min_change")
-    checks.whole(page_size, "page_size")
+    min_change = checks.number(min_change, "min_change", low=0)
+    page_size = check_count(page_size, "page_size")
     rules = _Rules(threshold, now or utcnow(), half_lives, min_change)
     scope = Filter(tenant_id=tenant_id, user_id=user_id)
     expired = long_term.store.delete(scope.model_copy(update={"expired": True}), EXPIRED_REASON)

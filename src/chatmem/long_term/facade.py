@@ -279,7 +279,7 @@ class LongTermMemory:
         stays answerable (SPEC X3).
         """
         scope = self._search_scope(user_id, tenant_id, filter)
-        inputs.check_search(query, k, threshold)
+        k = inputs.check_search(query, k, threshold)
         records: dict[str, MemoryRecord] = {}
         read = remembering(
             lambda ids: {r.id: r for r in self.store.get(ids, scope)}, records, Head.of
@@ -331,7 +331,7 @@ class LongTermMemory:
         single cost of the interpreter lock (docs/benchmarks.md, "A rerank that reads what
         it ranks by")."""
         scope = self._search_scope(user_id, tenant_id, filter)
-        inputs.check_search(query, k, threshold)
+        k = inputs.check_search(query, k, threshold)
         read = remembering(partial(self.store.heads, scope=scope), {}, lambda head: head)
         ranked, current_only = self._ranked(
             query, scope, k, threshold, include_superseded, read, late=late

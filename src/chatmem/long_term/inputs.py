@@ -223,13 +223,14 @@ def context_text(speaker: str | None, said: str, *, before: bool) -> str:
     return prefix + said[len(prefix) - MAX_CONTEXT_CHARS :]
 
 
-def check_search(query: str, k: int, threshold: float | None) -> None:
-    """Refuse a blank query, a ``k`` that is not a whole number from 1 to ``MAX_RESULTS``
-    and a ``threshold`` that is not a number (a ValidationError naming it)."""
+def check_search(query: str, k: int, threshold: float | None) -> int:
+    """``k`` as an ``int``; refuse a blank query, a ``k`` that is not a whole number from 1
+    to ``MAX_RESULTS`` and a ``threshold`` that is not a number (a ValidationError naming
+    it)."""
     if not query or not query.strip():
         raise ValidationError("query is empty", field="query")
-    check_count(k, "k")
     optional_number(threshold, "threshold")
+    return check_count(k, "k")
 
 
 def optional_number(value: object, field: str) -> float | None:

@@ -304,9 +304,8 @@ class VectorBlock(MemoryBlock):
         super().__init__(name, priority)
         if scope not in ("user", "session"):
             raise ValidationError("scope is 'user' or 'session'", field="scope")
-        counts = (checks.whole(top_k, "top_k"), checks.whole(context_window, "context_window"))
-        if min(counts) < 1:
-            raise ValidationError("top_k and context_window must be at least 1", field="top_k")
+        top_k = checks.whole(top_k, "top_k", low=1)
+        context_window = checks.whole(context_window, "context_window", low=1)
         if threshold is not None:
             checks.number(threshold, "threshold")
         self.long_term = long_term

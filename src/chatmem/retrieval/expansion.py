@@ -7,7 +7,6 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from chatmem import checks
-from chatmem.errors import ValidationError
 from chatmem.long_term import LongTermMemory
 from chatmem.records import Filter, MemoryRecord, RelationType, utcnow
 from chatmem.retrieval.reranking import (
@@ -40,8 +39,8 @@ def expand(
     ``limit``, and only those a reader holding ``roles`` may see (None: all). The target
     of an ``updates`` link, or of a ``contradicts`` link from a newer memory, is marked
     superseded."""
-    if checks.whole(hops, "hops") < 0 or checks.whole(limit, "limit") < 0:
-        raise ValidationError("hops and limit must be 0 or more", field="hops")
+    hops = checks.whole(hops, "hops", low=0, message="must be 0 or more")
+    limit = checks.whole(limit, "limit", low=0, message="must be 0 or more")
     moment = now or utcnow()
     readers = frozenset(roles) if roles is not None else None
     scope = Filter.checked(

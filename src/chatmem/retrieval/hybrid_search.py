@@ -61,7 +61,7 @@ def search(
     three days takes one place of the ``k``, not three. ``late=False`` leaves out long-term
     memory's late rerank (the retriever's searches under load).
     """
-    check_search(k, threshold)
+    k, threshold = check_search(k, threshold)
     moment = now or utcnow()
     narrow = _narrowing(types, project_id, session_id, since, until, roles)
     text = query.text if isinstance(query, Query) else query
@@ -187,7 +187,7 @@ def _narrowing(
     )
 
 
-def check_search(k: int, threshold: float) -> None:
-    """Raise ``ValidationError`` unless ``k`` is at least 1 and ``threshold`` in [0, 1]."""
-    checks.whole(k, "k", low=1)
-    checks.number(threshold, "threshold", low=0, high=1)
+def check_search(k: int, threshold: float) -> tuple[int, float]:
+    """``k`` and ``threshold`` as Python's ``int`` and ``float``; a ``ValidationError``
+    unless ``k`` is at least 1 and ``threshold`` in [0, 1]."""
+    return checks.whole(k, "k", low=1), checks.number(threshold, "threshold", low=0, high=1)

@@ -120,16 +120,17 @@ class Retriever:
         search_workers: int | None = None,
         search_queue_ms: float | None = None,
     ) -> None:
-        check_search(k, threshold)
-        checks.whole(context_turns, "context_turns")
-        checks.whole(hops, "hops")
+        k, threshold = check_search(k, threshold)
+        context_turns = checks.whole(context_turns, "context_turns")
+        hops = checks.whole(hops, "hops")
         if search_workers is None:
             search_workers = default_search_workers()
         if hyde and rewriter is None:
             raise ValidationError("HyDE needs a model (rewriter)", field="hyde")
         budget_ms = checks.number(search_budget_ms, "search_budget_ms")
-        workers = checks.whole(search_workers, "search_workers")
-        if not budget_ms > 0 or checks.whole(budget_tokens, "budget_tokens") < 0 or workers < 1:
+        search_workers = checks.whole(search_workers, "search_workers")
+        budget_tokens = checks.whole(budget_tokens, "budget_tokens")
+        if not budget_ms > 0 or budget_tokens < 0 or search_workers < 1:
             raise ValidationError(
                 "search_budget_ms and search_workers must be positive, budget_tokens 0 or more",
                 field="retriever",
@@ -178,8 +179,9 @@ class Retriever:
         trusted caller, who reads all); ``k`` and ``threshold`` override the retriever's for
         this request. Never raises for a failing store or embedder (F2)."""
         readers = _checked_readers(tenant_id, user_id, project_id, roles)
-        limits = (self.k if k is None else k, self.threshold if threshold is None else threshold)
-        check_search(*limits)
+        limits = check_search(
+            self.k if k is None else k, self.threshold if threshold is None else threshold
+        )
         timings: dict[str, float] = {}
         began = time.perf_counter()
         decision = _timed(timings, "decision", lambda: decide(messages, self.rules))

@@ -44,8 +44,8 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         checks.whole(self.max_attempts, "max_attempts", low=1)
-        for backoff in (self.backoff_s, self.max_backoff_s):
-            checks.number(backoff, "backoff_s", low=0, message="must not be negative")
+        for name in ("backoff_s", "max_backoff_s"):
+            checks.number(getattr(self, name), name, low=0, message="must not be negative")
         checks.number(self.lease_s, "lease_s", positive=True)
 
 

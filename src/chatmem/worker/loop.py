@@ -79,11 +79,12 @@ class Worker:
         policy: WritePolicy | None = None,
         *,
         batch_size: int = 8,
-        poll_s: float = 0.5,
+        poll_s: float | None = 0.5,
         max_memories_per_user: int | None = None,
     ) -> None:
-        checks.whole(batch_size, "batch_size", low=1)
-        checks.number(poll_s, "poll_s")
+        batch_size = checks.whole(batch_size, "batch_size", low=1)
+        if poll_s is not None:  # None: woken by notify() alone
+            poll_s = checks.number(poll_s, "poll_s", low=0)
         if max_memories_per_user is not None:
             checks.whole(max_memories_per_user, "max_memories_per_user", low=0)
         self.outbox = outbox
