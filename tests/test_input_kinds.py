@@ -44,6 +44,7 @@ from chatmem import (
 )
 from chatmem.caches import LRUCache
 from chatmem.client.calls.memory import MemoryCalls
+from chatmem.embeddings.openai import OpenAIEmbedder
 from chatmem.messages import Message, Role, SessionKey
 from chatmem.ranking import decay_score
 from chatmem.records import check_count, utcnow
@@ -52,6 +53,7 @@ from chatmem.sessions.redis import RedisSessionStore
 from chatmem.stores import SQLiteStore
 from chatmem.stores.base import Usage
 from chatmem.stores.cached import CachedStore
+from chatmem.stores.postgres import PostgresStore
 from chatmem.tokens import default_counter
 from chatmem.worker.batch import RetryPolicy
 from chatmem.worker.sqlite import SQLiteOutbox
@@ -213,6 +215,69 @@ CASES: dict[str, Case] = {
         "whole",
         300,
         builds=False,  # closing it would close the test's store
+    ),
+    "CachedStore.retry_after_s": Case(
+        lambda lt, v: CachedStore(lt.store, "redis://127.0.0.1:1/0", retry_after_s=v),
+        "retry_after_s",
+        "range",
+        5,
+        builds=False,  # closing it would close the test's store
+    ),
+    "PostgresStore.connect_timeout": Case(
+        lambda lt, v: PostgresStore("postgresql://127.0.0.1:1/none", connect_timeout=v),
+        "connect_timeout",
+        "range",
+        10,
+        builds=False,  # a built one connects
+    ),
+    "PostgresStore.exact_search_rows": Case(
+        lambda lt, v: PostgresStore("postgresql://127.0.0.1:1/none", exact_search_rows=v),
+        "exact_search_rows",
+        "whole",
+        2000,
+        builds=False,
+    ),
+    "LongTermMemory.context_window": Case(
+        lambda lt, v: closed(
+            LongTermMemory(SQLiteStore(beside(lt)), lt.embedder, context_window=v)
+        ),
+        "context_window",
+        "whole",
+        1,
+    ),
+    "LocalEmbedder.threads": Case(
+        lambda lt, v: LocalEmbedder(threads=v), "threads", "whole", 1, optional=True
+    ),
+    "LocalEmbedder.query_threads": Case(
+        lambda lt, v: LocalEmbedder(query_threads=v), "query_threads", "whole", 1
+    ),
+    "LocalEmbedder.query_sessions": Case(
+        lambda lt, v: LocalEmbedder(query_sessions=v), "query_sessions", "whole", 2, optional=True
+    ),
+    "OpenAIEmbedder.dimension": Case(
+        lambda lt, v: closed(OpenAIEmbedder("m", v, base_url="http://127.0.0.1:1")),
+        "dimension",
+        "whole",
+        384,
+    ),
+    "OpenAIEmbedder.batch_size": Case(
+        lambda lt, v: closed(OpenAIEmbedder("m", 384, base_url="http://127.0.0.1:1", batch_size=v)),
+        "batch_size",
+        "whole",
+        128,
+    ),
+    "OpenAIEmbedder.timeout": Case(
+        lambda lt, v: closed(OpenAIEmbedder("m", 384, base_url="http://127.0.0.1:1", timeout=v)),
+        "timeout",
+        "range",
+        30,
+    ),
+    "Retriever.search_queue_ms": Case(
+        lambda lt, v: closed(Retriever(lt, search_queue_ms=v)),
+        "search_queue_ms",
+        "range",
+        5,
+        optional=True,
     ),
     "RedisSessionStore.ttl_s": Case(
         lambda lt, v: RedisSessionStore("redis://127.0.0.1:1/0", ttl_s=v),
@@ -420,6 +485,18 @@ def test_none_keeps_its_meaning_where_it_had_one(memory: LongTermMemory) -> None
     assert embedder.embed_query("green tea").shape == (embedder.dimension,)
     assert reflect(memory, "u", max_patterns=None) == []
     assert Worker(InMemoryOutbox(), memory, OfflineExtractor(), poll_s=None).poll_s is None
+
+
+@pytest.mark.parametrize("flag", ["include_superseded", "late"])
+@pytest.mark.parametrize("how", ["search", "shortlist"])
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_a_search_flag_is_true_or_false(
+    memory: LongTermMemory, flag: str, how: str, value: Any
+) -> None:
+    """``include_superseded="no"`` was taken as true: superseded facts came back."""
+    with pytest.raises(ValidationError) as refused:
+        getattr(memory, how)("What tea do I drink?", user_id="u", **{flag: value})
+    assert refused.value.field == flag
 
 
 # -- a refused call stores nothing ------------------------------------------------------------

@@ -10,10 +10,15 @@ from tests.ui.conftest import ADMIN_KEY, Service, ServiceMaker, choose_tenant, l
 XSS = "<script>alert(1)</script> [/] [link=http://evil]click[/link] <img src=x onerror=alert(2)>"
 
 
+#: The secret as shown: no hex digits' run, so a memory id on a 404 page never matches it
+#: (an id holding "4711" once failed this test).
+CODE = "QZ-4711"
+
+
 def test_a_tenant_key_cannot_reach_another_tenants_pages(page: Page, service: Service) -> None:
     acme, globex = service.new_key("acme"), service.new_key("globex")
-    secret = service.remember(globex, "gina", "Gina's door code is 4711")
-    service.say(globex, "gina", "g1", [{"role": "user", "content": "door code 4711"}])
+    secret = service.remember(globex, "gina", f"Gina's door code is {CODE}")
+    service.say(globex, "gina", "g1", [{"role": "user", "content": f"door code {CODE}"}])
     login(page, service, acme)
     expect(page.get_by_test_id("tenant")).to_have_text("acme")
     expect(page.get_by_text("gina")).to_have_count(0)
@@ -24,11 +29,11 @@ def test_a_tenant_key_cannot_reach_another_tenants_pages(page: Page, service: Se
     ):
         answer = page.goto(service.url + path)
         assert answer is not None and answer.status == 404, path
-        expect(page.get_by_text("4711")).to_have_count(0)
+        expect(page.get_by_text(CODE)).to_have_count(0)
     page.goto(service.url + "/ui/users/gina/memories")
     expect(page.locator("li.memory")).to_have_count(0)
     page.goto(service.url + "/ui/users/gina/search?q=what+is+my+door+code")
-    expect(page.get_by_test_id("hits")).not_to_contain_text("4711")
+    expect(page.get_by_test_id("hits")).not_to_contain_text(CODE)
     csrf = page.locator("input[name=csrf]").first.get_attribute("value")
     edit = page.request.post(
         f"{service.url}/ui/users/gina/memories/{secret['id']}/edit",
@@ -44,7 +49,7 @@ def test_a_tenant_key_cannot_reach_another_tenants_pages(page: Page, service: Se
     export = page.request.get(service.url + "/ui/users/gina/export")
     assert export.text() == ""
     assert service.api("GET", f"/v1/memory/{secret['id']}", globex).json()["content"]["raw"] == (
-        "Gina's door code is 4711"
+        f"Gina's door code is {CODE}"
     )
 
 

@@ -121,6 +121,11 @@ class LocalEmbedder:
         if cache_size is not None:  # None: the byte budget alone
             checks.whole(cache_size, "cache_size", low=0)
         checks.whole(cache_bytes, "cache_bytes", low=0)
+        if threads is not None:  # None: one per core
+            threads = checks.whole(threads, "threads", low=1)
+        if query_sessions is not None:  # None: up to two, as the cores allow
+            query_sessions = checks.whole(query_sessions, "query_sessions", low=1)
+        query_threads = checks.whole(query_threads, "query_threads", low=1)
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
         self._threads = threads

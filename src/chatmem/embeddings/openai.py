@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import httpx
 import numpy as np
 
+from chatmem import checks
 from chatmem.errors import EmbeddingError
 from chatmem.records import Vector
 
@@ -26,6 +27,9 @@ class OpenAIEmbedder:
         batch_size: int = 128,
         client: httpx.Client | None = None,
     ) -> None:
+        dimension = checks.whole(dimension, "dimension", low=1)
+        batch_size = checks.whole(batch_size, "batch_size", low=1)
+        timeout = checks.number(timeout, "timeout", positive=True)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = client or httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout

@@ -15,7 +15,7 @@ from typing import IO, Any, Literal
 
 import pydantic
 
-from chatmem import ranking
+from chatmem import checks, ranking
 from chatmem import text as textlib
 from chatmem.embeddings import Embedder, LocalEmbedder, embed_queries
 from chatmem.errors import NotFoundError
@@ -71,7 +71,7 @@ class LongTermMemory:
         self.embedder = embedder
         self._late = LateRerank(embedder, store) if isinstance(embedder, KeepsStates) else None
         self.ranking = ranking_config
-        self.context_window = context_window
+        self.context_window = checks.whole(context_window, "context_window", low=0)
         self._embedding = EmbeddingInfo(model=embedder.model, dimension=embedder.dimension)
         store.bind_embedding(self._embedding)
         self._embedder_threads: ThreadPoolExecutor | None = None
@@ -279,7 +279,7 @@ class LongTermMemory:
         stays answerable (SPEC X3).
         """
         scope = self._search_scope(user_id, tenant_id, filter)
-        k = inputs.check_search(query, k, threshold)
+        k = inputs.check_search(query, k, threshold, include_superseded, late)
         records: dict[str, MemoryRecord] = {}
         read = remembering(
             lambda ids: {r.id: r for r in self.store.get(ids, scope)}, records, Head.of
@@ -331,7 +331,7 @@ class LongTermMemory:
         single cost of the interpreter lock (docs/benchmarks.md, "A rerank that reads what
         it ranks by")."""
         scope = self._search_scope(user_id, tenant_id, filter)
-        k = inputs.check_search(query, k, threshold)
+        k = inputs.check_search(query, k, threshold, include_superseded, late)
         read = remembering(partial(self.store.heads, scope=scope), {}, lambda head: head)
         ranked, current_only = self._ranked(
             query, scope, k, threshold, include_superseded, read, late=late

@@ -223,13 +223,17 @@ def context_text(speaker: str | None, said: str, *, before: bool) -> str:
     return prefix + said[len(prefix) - MAX_CONTEXT_CHARS :]
 
 
-def check_search(query: str, k: int, threshold: float | None) -> int:
+def check_search(
+    query: str, k: int, threshold: float | None, include_superseded: bool, late: bool
+) -> int:
     """``k`` as an ``int``; refuse a blank query, a ``k`` that is not a whole number from 1
-    to ``MAX_RESULTS`` and a ``threshold`` that is not a number (a ValidationError naming
-    it)."""
+    to ``MAX_RESULTS``, a ``threshold`` that is not a number and a flag that is not a bool
+    (a ValidationError naming it)."""
     if not query or not query.strip():
         raise ValidationError("query is empty", field="query")
     optional_number(threshold, "threshold")
+    checks.flag(include_superseded, "include_superseded")
+    checks.flag(late, "late")
     return check_count(k, "k")
 
 

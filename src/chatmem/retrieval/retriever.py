@@ -128,6 +128,8 @@ class Retriever:
         if hyde and rewriter is None:
             raise ValidationError("HyDE needs a model (rewriter)", field="hyde")
         budget_ms = checks.number(search_budget_ms, "search_budget_ms")
+        if search_queue_ms is not None:
+            search_queue_ms = checks.number(search_queue_ms, "search_queue_ms", low=0)
         search_workers = checks.whole(search_workers, "search_workers")
         budget_tokens = checks.whole(budget_tokens, "budget_tokens")
         if not budget_ms > 0 or budget_tokens < 0 or search_workers < 1:

@@ -97,6 +97,7 @@ class CachedStore(MemoryStore):
         retry_after_s: float = RETRY_AFTER_S,
     ) -> None:
         ttl_s = checks.whole(ttl_s, "ttl_s", low=1, message="must be at least 1 second")
+        retry_after_s = checks.number(retry_after_s, "retry_after_s", low=0)
         self.inner = inner
         self.capabilities = inner.capabilities
         self.ttl_s = ttl_s

@@ -82,7 +82,9 @@ class PostgresStore(MemoryStore):
     ) -> None:
         if not SCHEMA_NAME.match(prefix):
             raise ConfigError(f"schema prefix {prefix!r} must match {SCHEMA_NAME.pattern}")
-        checks.whole(pool_size, "pool_size", low=1)
+        pool_size = checks.whole(pool_size, "pool_size", low=1)
+        connect_timeout = checks.number(connect_timeout, "connect_timeout", positive=True)
+        exact_search_rows = checks.whole(exact_search_rows, "exact_search_rows", low=0)
         self._database = PostgresDatabase(
             conninfo,
             schema=prefix,
