@@ -77,6 +77,12 @@ def number(
     return real
 
 
+def optional_number(value: object, field: str) -> float | None:
+    """``value`` as a ``float`` when it is a number (``number``), None when it is None: a
+    setting whose range is checked further on (a record's, the service's)."""
+    return None if value is None else number(value, field)
+
+
 def flag(value: object, field: str) -> bool:
     """``value`` when it is ``True`` or ``False`` (not 1, not ``"no"``); else a
     ``ValidationError`` naming ``field``."""
@@ -107,4 +113,4 @@ def _shown(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else str(bound)
 
 
-__all__ = ["flag", "number", "whole"]
+__all__ = ["flag", "number", "optional_number", "whole"]

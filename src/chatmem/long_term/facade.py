@@ -135,7 +135,7 @@ class LongTermMemory:
         owner = _owner(tenant_id, user_id, agent_id, project_id, session_id)
         access = {"allowed_roles": sorted(set(allowed_roles))} if allowed_roles else None
         heard = heard_messages(items)
-        extras = {"importance": inputs.optional_number(importance, "importance"), "tags": tags}
+        extras = {"importance": checks.optional_number(importance, "importance"), "tags": tags}
         options = AddOptions(owner, metadata, type, extras, access)
         window = self.context_window
         earlier = self._tails.earlier(owner, heard, access, window) if session_id else []
@@ -188,8 +188,8 @@ class LongTermMemory:
         (``"never"`` removes it). An expired memory is not found."""
         old = self.get(memory_id, tenant_id=tenant_id, user_id=user_id)
         meta_changes = {
-            "importance": inputs.optional_number(importance, "importance"),
-            "confidence": inputs.optional_number(confidence, "confidence"),
+            "importance": checks.optional_number(importance, "importance"),
+            "confidence": checks.optional_number(confidence, "confidence"),
             "tags": list(tags) if tags is not None else None,
         }
         try:

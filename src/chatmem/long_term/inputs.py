@@ -7,8 +7,7 @@ kept: in the context of the messages around them (``[called name(args)]``) and, 
 result's ``tool_call_id``, in ``content.structured`` of a message that has text. A chat in
 which no message has text stores nothing and returns ``[]``; a blank plain text, a message
 without ``content`` (unless it calls tools) or with content of another type is a
-ValidationError. ``check_search`` and ``optional_number`` check what ``search`` and ``add``
-take besides.
+ValidationError. ``check_search`` checks what ``search`` takes besides.
 """
 
 from __future__ import annotations
@@ -231,13 +230,7 @@ def check_search(
     (a ValidationError naming it)."""
     if not query or not query.strip():
         raise ValidationError("query is empty", field="query")
-    optional_number(threshold, "threshold")
+    checks.optional_number(threshold, "threshold")
     checks.flag(include_superseded, "include_superseded")
     checks.flag(late, "late")
     return check_count(k, "k")
-
-
-def optional_number(value: object, field: str) -> float | None:
-    """``value`` as a float when it is a number (``checks.number``: a bool is not), None
-    when it is None; its range is the record's to check."""
-    return None if value is None else checks.number(value, field)

@@ -62,12 +62,6 @@ def _wire_message(item: MessageLike, index: int) -> dict[str, Any]:
     return message
 
 
-def _number(value: object, field: str) -> float | None:
-    """``value`` as a plain float, which JSON can carry (numpy's is not), or None; the
-    service checks its range."""
-    return None if value is None else checks.number(value, field)
-
-
 def _memories(data: Any) -> builtins.list[MemoryRecord]:
     return [MemoryRecord.model_validate(item) for item in data["memories"]]
 
@@ -110,7 +104,7 @@ class MemoryCalls:
                 "session_id": session_id,
                 "metadata": dict(metadata) if metadata is not None else None,
                 "type": type,
-                "importance": _number(importance, "importance"),
+                "importance": checks.optional_number(importance, "importance"),
                 "tags": builtins.list(tags) if tags is not None else None,
                 "allowed_roles": builtins.list(allowed_roles) if allowed_roles else None,
             }
@@ -206,8 +200,8 @@ class MemoryCalls:
                 "user_id": user_id,
                 "content": text,
                 "metadata": dict(metadata) if metadata is not None else None,
-                "importance": _number(importance, "importance"),
-                "confidence": _number(confidence, "confidence"),
+                "importance": checks.optional_number(importance, "importance"),
+                "confidence": checks.optional_number(confidence, "confidence"),
                 "tags": builtins.list(tags) if tags is not None else None,
                 "reason": reason,
             }
