@@ -27,6 +27,8 @@ import numpy.typing as npt
 
 from chatmem.caches import LRUCache
 from chatmem.records import Vector
+from chatmem.stores import coarse as shortlisted
+from chatmem.stores.coarse import Coarse
 
 #: A user's row as the cache reads it: (rowid, vector blob, memory id, the session of a chat
 #: turn or None, whether its text asks something).
@@ -144,6 +146,22 @@ class Replies(NamedTuple):
             last,
         )
 
+    def lifted(self, scores: Vector, pool: npt.NDArray[np.intp]) -> Vector:
+        """``scores`` (every row's cosine with a query) with each answer's at least that
+        of it and its question together, for the pairs whose both rows are in ``pool``."""
+        if not len(self.answer):
+            return scores
+        answer, question, norm = self.answer, self.question, self.norm
+        if len(pool) < len(scores):  # rows were left out (else every pair counts)
+            seen = np.zeros(len(scores), dtype=np.bool_)
+            seen[pool] = True
+            both = seen[answer] & seen[question]
+            answer, question, norm = answer[both], question[both], norm[both]
+        together = (scores[answer] + scores[question]) / norm
+        lifted = scores.copy()
+        lifted[answer] = np.maximum(scores[answer], together)
+        return lifted
+
 
 def _replies(matrix: Vector, turns: Turns) -> Replies:
     """Each chat turn whose session's turn just before it (in rowid order, the order they
@@ -174,6 +192,11 @@ def _alike(
     return Replies(answer[alike].astype(np.intp), question[alike].astype(np.intp), norm, last)
 
 
+#: How far a big user's exact rows reach along replies (``UserVectors.scored``): a turn that
+#: answers one question and asks the next is scored with both.
+PARTNER_HOPS = 2
+
+
 @dataclass
 class UserVectors:
     """One user's vectors, ordered by rowid (rowids only grow, so appends keep the order)."""
@@ -185,11 +208,18 @@ class UserVectors:
     ids: list[str]
     #: Each row's session, for a chat turn, and whether its text asks something.
     turns: Turns
+    #: A big user's vectors in fewer dimensions (``chatmem.stores.coarse``), rows as
+    #: ``matrix``'s; None for a smaller one.
+    coarse: Coarse | None = field(default=None, repr=False, compare=False)
     _answers: Replies | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.coarse = shortlisted.kept(self.coarse, self.matrix)
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes + self.rowids.nbytes) + 100 * len(self.ids)
+        held = self.matrix.nbytes + self.rowids.nbytes + (self.coarse.nbytes if self.coarse else 0)
+        return int(held) + 100 * len(self.ids)
 
     def replies(self) -> Replies:
         """The chat turns that follow a turn asking something in their session, and how to
@@ -220,6 +250,31 @@ class UserVectors:
         result: Vector = self.matrix @ vector
         return result
 
+    def scored(
+        self,
+        vector: Vector,
+        pool: npt.NDArray[np.intp],
+        candidates: int,
+        must: npt.NDArray[np.intp],
+    ) -> tuple[Vector, npt.NDArray[np.intp] | None]:
+        """Every row's cosine with ``vector``, and the positions where it is exact (None:
+        all). A big user's (``coarse``) are estimated, and exact for the best of ``pool``
+        by the estimate, an answer's lifted with its question's (``Replies.lifted``;
+        ``chatmem.stores.coarse.shortlist``), for ``must``, and for the
+        turns each of those answers or is answered by (``replies``), so that a question
+        and its answer are scored together from exact cosines."""
+        if self.coarse is None:
+            return self.scores(vector), None
+        replies = self.replies()
+        estimate = self.coarse.estimate(vector)
+        exact = shortlisted.best(replies.lifted(estimate, pool), pool, candidates)
+        exact[must] = True
+        for _ in range(PARTNER_HOPS if len(replies.answer) else 0):
+            answers, asked = exact[replies.answer], exact[replies.question]
+            exact[replies.question[answers]] = True
+            exact[replies.answer[asked]] = True
+        return estimate, shortlisted.rescore(estimate, exact, self.matrix, vector)
+
     def positions(self, rowids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Where ``rowids`` (all present) sit in this matrix."""
         return np.searchsorted(self.rowids, rowids)
@@ -240,8 +295,11 @@ class UserVectors:
                 versions,
                 fresh.ids + extra.ids,
                 fresh.turns.then(extra.turns),
+                fresh.coarse.appended(extra.matrix) if fresh.coarse else None,
             )
-        moved = UserVectors(fresh.rowids, fresh.matrix, versions, fresh.ids, fresh.turns)
+        moved = UserVectors(
+            fresh.rowids, fresh.matrix, versions, fresh.ids, fresh.turns, fresh.coarse
+        )
         if versions[1] == self.versions[1] and self._answers is not None:
             # Rows were only appended: the replies found stay, the new rows' are added (a
             # whole computation took 3.3 ms at 10,000 rows, paid by the search after a write).
@@ -259,6 +317,7 @@ class UserVectors:
             self.versions,
             [ids[i] for i in kept.tolist()],
             self.turns.at(kept),
+            self.coarse.at(kept) if self.coarse else None,
         )
 
     def _rewritten(self, rows: Rows) -> UserVectors:
@@ -273,12 +332,13 @@ class UserVectors:
         fresh = np.frombuffer(b"".join(row[1] for row in found), np.float32)
         matrix = self.matrix.copy()
         matrix[at[held]] = fresh.reshape(len(found), matrix.shape[1])[held]
+        projected = self.coarse.replaced(at[held], matrix[at[held]]) if self.coarse else None
         # An edit may change a turn's text (whether it asks), or its session.
         edited = Turns.of(found, self.turns.numbers)
         turns = Turns(self.turns.sessions.copy(), self.turns.asks.copy(), self.turns.numbers)
         turns.sessions[at[held]] = edited.sessions[held]
         turns.asks[at[held]] = edited.asks[held]
-        return UserVectors(self.rowids, matrix, self.versions, self.ids, turns)
+        return UserVectors(self.rowids, matrix, self.versions, self.ids, turns, projected)
 
 
 def _build(
@@ -318,7 +378,9 @@ class VectorCache:
             # (a vector changed after it bumps ``changed`` and a later ``edited`` both), and
             # the same replies (a text that changes changes its vector): usage is written
             # after every injection, and the pairs took 3.3 ms at 10,000 rows.
-            fresh = UserVectors(cached.rowids, cached.matrix, versions, cached.ids, cached.turns)
+            fresh = UserVectors(
+                cached.rowids, cached.matrix, versions, cached.ids, cached.turns, cached.coarse
+            )
             fresh._answers = cached._answers
         else:
             fresh = cached.moved_on(rows, versions)

@@ -12,8 +12,9 @@
 - :mod:`~chatmem.stores.sqlite.search`: the vector and keyword halves of a search.
 - :mod:`~chatmem.stores.sqlite.store`: ``SQLiteStore``, the store over them.
 
-Searches score a user's vectors in memory (``vector_cache``): one matrix product, exact, and
-kept in step with other connections by ``user_versions``, which every write transaction
+Searches score a user's vectors in memory (``vector_cache``): one matrix product, exact (a
+user of 4,096 memories or more is shortlisted first on a projection of its vectors, and
+only the shortlist's exact cosines are ranked: ``chatmem.stores.coarse``), and kept in step with other connections by ``user_versions``, which every write transaction
 bumps; a filter is answered from the user's cached fields, kept in step the same way.
 Writes are ``BEGIN IMMEDIATE`` transactions on per-thread connections with a busy timeout,
 retried on a busy database, so concurrent threads and processes wait rather than fail.

@@ -90,14 +90,18 @@ def vector_half(
 
     vectors = user_vectors(conn, cache, dimension, tenant, user, versions)
     pool = admitted.positions(vectors.rowids)
-    scores = answered(vectors, vectors.scores(vector), pool)
+    wanted = np.fromiter(sorted(also), dtype=np.int64)
+    at = vectors.positions(wanted)
+    cosines, exact = vectors.scored(vector, pool, query.candidates, at)
+    if exact is not None:  # a big user's: only exact cosines are ranked
+        pool = np.intersect1d(pool, exact, assume_unique=True)
+    scores = answered(vectors, cosines, pool)
     if len(pool) > query.candidates:
         best = np.argpartition(-scores[pool], query.candidates - 1)[: query.candidates]
         pool = pool[best]
     found = {int(vectors.rowids[i]): float(scores[i]) for i in pool}
-    wanted = np.fromiter(sorted(also - set(found)), dtype=np.int64)
-    for position, rowid in zip(vectors.positions(wanted), wanted, strict=True):
-        found[int(rowid)] = float(scores[position])
+    for position, rowid in zip(at.tolist(), wanted.tolist(), strict=True):
+        found.setdefault(rowid, float(scores[position]))
     return found, vectors
 
 
@@ -105,21 +109,10 @@ def answered(vectors: UserVectors, scores: Vector, pool: npt.NDArray[np.intp]) -
     """``scores`` where a chat turn that answers a question (the turn before it in its
     session asks something) scores at least as the two together: "I've had them for 3
     years now" says nothing of the turtles that "How long have you had them?" named. Only
-    pairs whose both turns the filter admitted count, so a memory a reader may not see
-    moves nothing (docs/benchmarks.md "An answer scored with its question")."""
-    replies = vectors.replies()
-    if not len(replies.answer):
-        return scores
-    answer, question, norm = replies.answer, replies.question, replies.norm
-    if len(pool) < len(scores):  # a filter left rows out (else every pair counts)
-        seen = np.zeros(len(scores), dtype=np.bool_)
-        seen[pool] = True
-        both = seen[answer] & seen[question]
-        answer, question, norm = answer[both], question[both], norm[both]
-    together = (scores[answer] + scores[question]) / norm
-    lifted = scores.copy()
-    lifted[answer] = np.maximum(scores[answer], together)
-    return lifted
+    pairs whose both turns are in ``pool`` count: the filter admitted them, so a memory a
+    reader may not see moves nothing (docs/benchmarks.md "An answer scored with its
+    question"), and for a big user they were scored exactly (``UserVectors.scored``)."""
+    return vectors.replies().lifted(scores, pool)
 
 
 #: Keyword matches read from FTS5 at most, beyond the ``candidates`` best, so that a vector
