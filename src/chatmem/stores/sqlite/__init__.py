@@ -14,8 +14,9 @@
 
 Searches score a user's vectors in memory (``vector_cache``): one matrix product, exact (a
 user of 4,096 memories or more is shortlisted first on a projection of its vectors, and
-only the shortlist's exact cosines are ranked: ``chatmem.stores.coarse``), and kept in step with other connections by ``user_versions``, which every write transaction
-bumps; a filter is answered from the user's cached fields, kept in step the same way.
+only the shortlist's exact cosines are ranked: ``chatmem.stores.coarse``), and kept in
+step with other connections by ``user_versions``, which every write transaction bumps; a
+filter is answered from the user's cached fields, kept in step the same way.
 Writes are ``BEGIN IMMEDIATE`` transactions on per-thread connections with a busy timeout,
 retried on a busy database, so concurrent threads and processes wait rather than fail.
 """
