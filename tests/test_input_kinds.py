@@ -487,7 +487,7 @@ def test_none_keeps_its_meaning_where_it_had_one(memory: LongTermMemory) -> None
     assert Worker(InMemoryOutbox(), memory, OfflineExtractor(), poll_s=None).poll_s is None
 
 
-@pytest.mark.parametrize("flag", ["include_superseded", "late"])
+@pytest.mark.parametrize("flag", ["include_superseded", "late", "light"])
 @pytest.mark.parametrize("how", ["search", "shortlist"])
 @pytest.mark.parametrize("value", ["no", 0, None])
 def test_a_search_flag_is_true_or_false(

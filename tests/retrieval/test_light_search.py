@@ -1,6 +1,7 @@
 """Searches under load (issue 14): a search that starts while others wait for a search
-thread leaves out the late rerank (``search_pool``'s ``pressed``), so memory stays on for
-more requests; one that starts with none waiting ranks in full."""
+thread is light (``search_pool``'s ``pressed``): no late rerank, and a query that names a
+speaker embedded once, so memory stays on for more requests; one that starts with none
+waiting ranks in full."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from chatmem.stores.base import SearchQuery
 from tests.retrieval.conftest import OMAR_CHAT as CHAT
 
 QUESTION = "what music does he make?"
+#: A question that names a speaker: a full search embeds it with and without the name.
+NAMING = "What instruments does Omar play?"
 
 
 def _wait_for(condition: Callable[[], bool]) -> None:
@@ -84,12 +87,17 @@ def chat_store(tmp_path: Path, embedder: LocalEmbedder) -> Path:
     return path
 
 
-def _memory(store: SQLiteStore, embedder: LocalEmbedder, weight: float) -> LongTermMemory:
-    return LongTermMemory(store, embedder, ranking_config=RankingConfig(late_weight=weight))
+def _memory(
+    store: SQLiteStore, embedder: LocalEmbedder, weight: float, share: float = 0.85
+) -> LongTermMemory:
+    config = RankingConfig(late_weight=weight, name_free_share=share)
+    return LongTermMemory(store, embedder, ranking_config=config)
 
 
-def _ranked(memory: LongTermMemory, late: bool = True) -> list[tuple[str, float]]:
-    found = memory.search(QUESTION, user_id="u", k=len(CHAT), threshold=0.0, late=late)
+def _ranked(
+    memory: LongTermMemory, late: bool = True, light: bool = False, question: str = QUESTION
+) -> list[tuple[str, float]]:
+    found = memory.search(question, user_id="u", k=len(CHAT), threshold=0.0, late=late, light=light)
     return [(f.record.text, round(f.score, 6)) for f in found]
 
 
@@ -102,6 +110,34 @@ def test_a_search_without_the_late_rerank_ranks_as_with_no_weight(
         plain = _ranked(memory)
     assert light == plain
     assert late != plain  # the rerank moves something here
+
+
+def test_a_light_search_embeds_a_query_that_names_a_speaker_once(
+    chat_store: Path, embedder: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Light: no late rerank and the query's vector from its name-free form alone, as
+    ``name_free_share=1`` makes it; a full search's vector mixes in the query as asked."""
+    # Each memory's first search learns the user's speakers (``Speakers``): a warm-up.
+    with _memory(SQLiteStore(chat_store), embedder, 0.2) as memory:
+        _ranked(memory, question="who plays?")
+        full = _ranked(memory, late=False, question=NAMING)
+    with _memory(SQLiteStore(chat_store), embedder, 0.0, share=1.0) as memory:
+        _ranked(memory, question="who plays?")
+        name_free = _ranked(memory, question=NAMING)
+    texts: list[str] = []
+    embed = embedder.embed_queries
+
+    def counted(queries: list[str]) -> object:
+        texts.extend(queries)
+        return embed(queries)
+
+    with _memory(SQLiteStore(chat_store), embedder, 0.2) as memory:
+        _ranked(memory, question="who plays?")
+        monkeypatch.setattr(embedder, "embed_queries", counted)
+        light = _ranked(memory, light=True, question=NAMING + " ")  # not in the cache
+    assert len(texts) == 1 and "Omar" not in texts[0]  # one text, the name left out
+    assert light == name_free
+    assert light != full  # the full search's vector is another here
 
 
 class _HeldStore(SQLiteStore):
@@ -173,13 +209,30 @@ def test_the_retriever_searches_lightly_only_while_others_wait(
     assert _scores(got["first"]) != _scores(plain)
 
 
-def test_no_search_is_light_where_there_is_no_late_rerank_to_leave_out(
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_no_search_is_light_where_there_is_nothing_to_leave_out(
+    chat_store: Path, embedder: LocalEmbedder, share: float
+) -> None:
+    held = _HeldStore(chat_store)
+    with _memory(held, embedder, 0.0, share) as memory:
+        assert not memory.reranks_late and not memory.lightens
+        got = _three_at_once(held, memory)
+    # The second started while the third waited, but with late_weight 0 there was no
+    # rerank to leave out, and with a name-free share of 0 or 1 one text to embed: none
+    # says it searched lightly.
+    assert not any(found.light for found in got.values())
+
+
+def test_a_light_search_is_said_where_only_the_second_embedding_is_left_out(
     chat_store: Path, embedder: LocalEmbedder
 ) -> None:
     held = _HeldStore(chat_store)
     with _memory(held, embedder, 0.0) as memory:
-        assert not memory.reranks_late
+        assert not memory.reranks_late and memory.lightens
         got = _three_at_once(held, memory)
-    # The second started while the third waited, but with late_weight 0 there was no
-    # rerank to leave out: none says it searched lightly.
-    assert not any(found.light for found in got.values())
+    assert [got[n].light for n in ("first", "second", "third", "alone")] == [
+        False,
+        True,
+        False,
+        False,
+    ]

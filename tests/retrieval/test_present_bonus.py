@@ -126,6 +126,7 @@ def test_the_latest_of_what_answers_comes_first(chat: Path, embedder: LocalEmbed
     assert texts.index(NEW) < texts.index(OLD)
 
     assert set(with_bonus) == set(without)  # the same found, in another order
+
     # Each memory gained the bonus times how late in the span of them all it was said.
     def seconds(place: int) -> int:
         return CHAT[place][0] * 86_400 + place * 60

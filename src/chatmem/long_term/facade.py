@@ -26,7 +26,7 @@ from chatmem.long_term.jsonl import OnConflict
 from chatmem.long_term.late import KeepsStates, LateRerank
 from chatmem.long_term.message_records import AddOptions, call_records, expiring
 from chatmem.long_term.session_tails import SessionTails, turn_spoken
-from chatmem.long_term.speakers import Speakers, name_free_vector
+from chatmem.long_term.speakers import Speakers, favoured, name_free_vector
 from chatmem.records import (
     Content,
     EmbeddingInfo,
@@ -259,6 +259,7 @@ class LongTermMemory:
         filter: Filter | None = None,
         include_superseded: bool = False,
         late: bool = True,
+        light: bool = False,
     ) -> list[SearchResult]:
         """Hybrid search of one user's memories: the best ``k`` with a score of at least
         ``threshold`` (the fused score of ``chatmem.ranking`` with the moves below in it, as
@@ -270,8 +271,10 @@ class LongTermMemory:
         query, what ends by asking a question comes after what tells (``question_penalty``);
         one about the present ("now") orders the k found latest first (``present_bonus``).
         Among the first 50, what matches the query's word pieces one by one better than the
-        others gains (``late_weight``, ``chatmem.long_term.late``), unless ``late`` is false
-        (the retriever's searches under load leave it out).
+        others gains (``late_weight``, ``chatmem.long_term.late``), unless ``late`` is false.
+        ``light`` is a search under load (the retriever's, while others wait for a search
+        thread): no late rerank, and one model run for the query, the query without the
+        speakers it names (``name_free_share`` as 1) where the full search embeds it twice.
 
         Facts that were superseded (``valid_to`` in the past) are left out unless
         ``include_superseded`` is set or the filter asks for a moment (``valid_at``, or
@@ -279,7 +282,7 @@ class LongTermMemory:
         stays answerable (SPEC X3).
         """
         scope = self._search_scope(user_id, tenant_id, filter)
-        k = inputs.check_search(query, k, threshold, include_superseded, late)
+        k = inputs.check_search(query, k, threshold, include_superseded, late, light)
         records: dict[str, MemoryRecord] = {}
         read = remembering(
             lambda ids: {r.id: r for r in self.store.get(ids, scope)}, records, Head.of
@@ -292,7 +295,7 @@ class LongTermMemory:
         if k < ranking.SPEAKER_READ:
             peek = remembering(partial(self.store.heads, scope=scope), {}, lambda head: head)
         ranked, current_only = self._ranked(
-            query, scope, k, threshold, include_superseded, peek, late=late
+            query, scope, k, threshold, include_superseded, peek, late=late, light=light
         )
         chosen = self._chosen(ranked, scope, k, current_only, read)
         return [
@@ -311,6 +314,12 @@ class LongTermMemory:
         states and a ``late_weight`` above 0): what ``late=False`` would leave out."""
         return self._late is not None and self.ranking.late_weight > 0
 
+    @property
+    def lightens(self) -> bool:
+        """Whether ``light=True`` leaves anything out here: the late rerank, or the second
+        embedding of a query that names a speaker (``name_free_share`` between 0 and 1)."""
+        return self.reranks_late or 0 < self.ranking.name_free_share < 1
+
     def shortlist(
         self,
         query: str,
@@ -322,19 +331,20 @@ class LongTermMemory:
         filter: Filter | None = None,
         include_superseded: bool = False,
         late: bool = True,
+        light: bool = False,
     ) -> list[Shortlisted]:
         """What ``search`` finds, in its order, with each memory's ``Head`` (speaker, text,
         importance, times) in place of its record: for a caller that reranks many and
         shows few (``chatmem.retrieval.search`` reads 4 x k) and reads whole only the
-        records it keeps (``records``); ``late`` as for ``search``. No record is parsed:
-        through the proxy under 16 clients, parsing the records reranked was the largest
-        single cost of the interpreter lock (docs/benchmarks.md, "A rerank that reads what
-        it ranks by")."""
+        records it keeps (``records``); ``late`` and ``light`` as for ``search``. No record
+        is parsed: through the proxy under 16 clients, parsing the records reranked was the
+        largest single cost of the interpreter lock (docs/benchmarks.md, "A rerank that
+        reads what it ranks by")."""
         scope = self._search_scope(user_id, tenant_id, filter)
-        k = inputs.check_search(query, k, threshold, include_superseded, late)
+        k = inputs.check_search(query, k, threshold, include_superseded, late, light)
         read = remembering(partial(self.store.heads, scope=scope), {}, lambda head: head)
         ranked, current_only = self._ranked(
-            query, scope, k, threshold, include_superseded, read, late=late
+            query, scope, k, threshold, include_superseded, read, late=late, light=light
         )
         chosen = self._chosen(ranked, scope, k, current_only, read)
         return [Shortlisted(*s, head) for s, head in chosen]
@@ -366,15 +376,17 @@ class LongTermMemory:
         read: Reader,
         *,
         late: bool,
+        light: bool = False,
     ) -> tuple[list[ranking.Scored], bool]:
         """The store's candidates for ``query`` within ``scope`` (a user's), fused and
         favoured (``read`` gives the heads favouring reads), best first, the late rerank's
-        moves in them when ``late``; and whether only current facts count (see ``search``)."""
+        moves in them when ``late`` and not ``light``; and whether only current facts count
+        (see ``search``)."""
         tenant_id, user_id = scope.tenant_id, scope.require_user()
         # Who the query names: capitalised words, and known speakers' names in any case.
         speakers = self._speakers.named(tenant_id, user_id, query)
         names = ranking.named(query) | frozenset(speakers)
-        share = self.ranking.name_free_share
+        share = 1.0 if light else self.ranking.name_free_share
         # Embedded where the store asks, in a thread of its own while it waits on I/O.
         vector = partial(name_free_vector, self._embed_queries, query, speakers, share)
         embedding = Prefetched(vector, self._embedding_pool)
@@ -388,8 +400,9 @@ class LongTermMemory:
             )
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None
-        ranked = self._favour(ranking.fuse(candidates, self.ranking), query, names, scope, k, read)
-        if late and self._late is not None:
+        fused = ranking.fuse(candidates, self.ranking)
+        ranked = favoured(fused, query, names, scope, k, read, self.ranking, self._speakers)
+        if late and not light and self._late is not None:
             ranked = self._late.reranked(ranked, query, scope, read, self.ranking.late_weight)
         # The threshold holds for the scores with the bonuses and the late rerank's moves in
         # them, and before the present's reorder, which changes the order of what passed.
@@ -419,41 +432,6 @@ class LongTermMemory:
 
     def _embed_queries(self, texts: Sequence[str]) -> list[Vector]:
         return embed_queries(self.embedder, texts)
-
-    def _favour(
-        self,
-        ranked: list[ranking.Scored],
-        query: str,
-        names: frozenset[str],
-        scope: Filter,
-        k: int,
-        read: Reader,
-    ) -> list[ranking.Scored]:
-        """``ranked`` with its first ``SPEAKER_READ`` (k where k is more) reordered
-        (``ranking.favour``): ``speaker_bonus`` to what someone the query names said
-        (``names``), ``time_bonus`` to what says when for a query that asks about time
-        (``ranking.asks_when``), for any other ``question_penalty`` off what ends by asking
-        (``ranking.ends_asking``); their speakers and texts read to tell (``read``: their
-        heads). None are read when no setting applies, unless this process knows nothing of
-        the user yet: then the first search reads them to learn the user's speakers, so that
-        a name written in lower case ("caroline") counts from the start."""
-        tenant, user = scope.tenant_id, scope.require_user()
-        config = self.ranking
-        first = config.speaker_bonus > 0 and not self._speakers.knows(tenant, user)
-        named = config.speaker_bonus > 0 and bool(names)
-        about_time = ranking.asks_when(query)
-        when = config.time_bonus > 0 and about_time
-        asking = config.question_penalty > 0 and not about_time
-        if not ranked or not (named or when or first or asking):
-            return ranked
-        head = ranked[: max(k, ranking.SPEAKER_READ)]
-        heads = read([s.id for s in head])
-        if first:
-            self._speakers.heard(tenant, user, heads.values())
-            names |= frozenset(self._speakers.named(tenant, user, query))
-        said = {i: (h.speaker, h.text) for i, h in heads.items()}
-        extra = ranking.bonuses(said, names, about_time, config)
-        return ranking.favour(head, extra) + ranked[len(head) :]
 
     def get(
         self,

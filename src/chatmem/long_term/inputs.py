@@ -223,7 +223,12 @@ def context_text(speaker: str | None, said: str, *, before: bool) -> str:
 
 
 def check_search(
-    query: str, k: int, threshold: float | None, include_superseded: bool, late: bool
+    query: str,
+    k: int,
+    threshold: float | None,
+    include_superseded: bool,
+    late: bool,
+    light: bool = False,
 ) -> int:
     """``k`` as an ``int``; refuse a blank query, a ``k`` that is not a whole number from 1
     to ``MAX_RESULTS``, a ``threshold`` that is not a number and a flag that is not a bool
@@ -233,4 +238,5 @@ def check_search(
     checks.optional_number(threshold, "threshold")
     checks.flag(include_superseded, "include_superseded")
     checks.flag(late, "late")
+    checks.flag(light, "light")
     return check_count(k, "k")

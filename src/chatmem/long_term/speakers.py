@@ -23,9 +23,11 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from chatmem import ranking
 from chatmem.caches import LRUCache, MiB
-from chatmem.ranking import NAME_WORD, name_words
-from chatmem.records import MemoryRecord, Vector
+from chatmem.long_term.choosing import Reader
+from chatmem.ranking import NAME_WORD, RankingConfig, name_words
+from chatmem.records import Filter, MemoryRecord, Vector
 from chatmem.stores.base import Head
 from chatmem.text import STOP_WORDS
 
@@ -123,3 +125,39 @@ def name_free_vector(
     mixed = (1.0 - share) * asked + share * other
     norm = float(np.linalg.norm(mixed))
     return (mixed / norm).astype(np.float32) if norm > 0 else asked
+
+
+def favoured(
+    ranked: list[ranking.Scored],
+    query: str,
+    names: frozenset[str],
+    scope: Filter,
+    k: int,
+    read: Reader,
+    config: RankingConfig,
+    speakers: Speakers,
+) -> list[ranking.Scored]:
+    """``ranked`` with its first ``SPEAKER_READ`` (k where k is more) reordered
+    (``ranking.favour``): ``speaker_bonus`` to what someone the query names said
+    (``names``), ``time_bonus`` to what says when for a query that asks about time
+    (``ranking.asks_when``), for any other ``question_penalty`` off what ends by asking
+    (``ranking.ends_asking``); their speakers and texts read to tell (``read``: their
+    heads). None are read when no setting applies, unless ``speakers`` knows nothing of the
+    user yet: then the first search reads them to learn the user's speakers, so that a name
+    written in lower case ("caroline") counts from the start."""
+    tenant, user = scope.tenant_id, scope.require_user()
+    first = config.speaker_bonus > 0 and not speakers.knows(tenant, user)
+    named = config.speaker_bonus > 0 and bool(names)
+    about_time = ranking.asks_when(query)
+    when = config.time_bonus > 0 and about_time
+    asking = config.question_penalty > 0 and not about_time
+    if not ranked or not (named or when or first or asking):
+        return ranked
+    head = ranked[: max(k, ranking.SPEAKER_READ)]
+    heads = read([s.id for s in head])
+    if first:
+        speakers.heard(tenant, user, heads.values())
+        names |= frozenset(speakers.named(tenant, user, query))
+    said = {i: (h.speaker, h.text) for i, h in heads.items()}
+    extra = ranking.bonuses(said, names, about_time, config)
+    return ranking.favour(head, extra) + ranked[len(head) :]

@@ -44,6 +44,7 @@ def search(
     session_id: str | None = None,
     roles: Collection[str] | None = None,
     late: bool = True,
+    light: bool = False,
 ) -> list[RetrievedMemory]:
     """Hybrid search of one user's memories, reranked (R3): the best ``k`` whose
     normalised relevance (not the final score; see ``chatmem.retrieval.reranking``) is at
@@ -59,13 +60,16 @@ def search(
     A memory whose speaker said the same words in one ranked above it (the ranking's
     ``repeats_last``) is returned only when too few others pass: the same remark said on
     three days takes one place of the ``k``, not three. ``late=False`` leaves out long-term
-    memory's late rerank (the retriever's searches under load).
+    memory's late rerank; ``light`` is a search under load (the retriever's), as
+    ``LongTermMemory.search`` takes it: no late rerank, the query embedded once.
     """
     k, threshold = check_search(k, threshold)
     moment = now or utcnow()
     narrow = _narrowing(types, project_id, session_id, since, until, roles)
     text = query.text if isinstance(query, Query) else query
-    found = _shortlisted(long_term, text, user_id, tenant_id, k, threshold, narrow, late=late)
+    found = _shortlisted(
+        long_term, text, user_id, tenant_id, k, threshold, narrow, late=late, light=light
+    )
     kept = reranked(
         long_term,
         found,
@@ -91,6 +95,7 @@ def _shortlisted(
     narrow: Filter,
     *,
     late: bool,
+    light: bool,
 ) -> list[Shortlisted]:
     """The ``CANDIDATE_FACTOR`` x k candidates the rerank chooses from, with what it needs
     (``Head``): only the k kept are read whole, where parsing all 4 x k records was the
@@ -110,6 +115,7 @@ def _shortlisted(
         # that can be shown.
         include_superseded=True,
         late=late,
+        light=light,
     )
 
 

@@ -45,8 +45,9 @@ class Retrieval:
     was injected). ``results`` are the memories injected, hits first then linked ones.
     ``degraded`` says why memory was left out when it failed ("timeout", "store error: …",
     "embedding error: …"); None otherwise. ``light`` is true when the search ran while
-    others waited for a search thread, and so left out the late rerank (``search_pool``);
-    never where no late rerank would have run (``LongTermMemory.reranks_late``).
+    others waited for a search thread, and so was light (``search_pool``): no late rerank,
+    the query embedded once; never where neither would have run
+    (``LongTermMemory.lightens``).
     """
 
     decision: Decision
@@ -212,8 +213,10 @@ class Retriever:
 
     def _find(self, query: Query, request: _Request, pressed: bool) -> _Found:
         """Search and expand (run in the search pool); ``pressed``, others waiting for a
-        search thread: without the late rerank, the search's one optional cost (0.7 ms of
-        CPU at 10,000 memories, docs/benchmarks.md "Lighter searches under load")."""
+        search thread: a light search, without the late rerank (0.7 ms of CPU at 10,000
+        memories, docs/benchmarks.md "Lighter searches under load") and with one model run
+        for a query that names a speaker, not two (docs/benchmarks.md "One model run a
+        search under load")."""
         began = time.perf_counter()
         hits = search(
             self.long_term,
@@ -227,7 +230,7 @@ class Retriever:
             roles=request.roles,
             weights=self.weights,
             now=request.now,
-            late=not pressed,
+            light=pressed,
         )
         searched = time.perf_counter()
         linked: list[RetrievedMemory] = []
@@ -244,7 +247,7 @@ class Retriever:
             )
         ended = time.perf_counter()
         # Light only where there was a late rerank to leave out.
-        light = pressed and self.long_term.reranks_late
+        light = pressed and self.long_term.lightens
         return _Found(hits, linked, (searched - began) * 1000, (ended - searched) * 1000, light)
 
     def _deliver(

@@ -34,7 +34,7 @@ logger = logging.getLogger("chatmem.server.chat")
 
 USER_HEADER = "X-Chatmem-User"
 #: ``X-Chatmem-Memory-Reason`` of a search run while others waited for a search thread.
-LIGHT_REASON = "under load: searched without the late rerank"
+LIGHT_REASON = "under load: a light search (no late rerank, the query embedded once)"
 SESSION_HEADER = "X-Chatmem-Session"
 DEFAULT_SESSION = "default"
 

@@ -42,7 +42,8 @@ class Metrics:
         )
         self.memory_light = Counter(
             "chatmem_memory_light_total",
-            "Searches run while others waited for a search thread: without the late rerank.",
+            "Searches run while others waited for a search thread: light (no late rerank,"
+            " one embedding of the query).",
             registry=self.registry,
         )
         self.memory_skips = Counter(
