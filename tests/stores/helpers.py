@@ -10,6 +10,7 @@ import pytest
 
 from chatmem.records import Entry, Filter, MemoryRecord, Vector
 from chatmem.stores import MemoryStore, SearchQuery
+from chatmem.stores.base import Change
 from chatmem.stores.vector_cache import Row
 
 
@@ -24,6 +25,29 @@ def record(tenant: str, user: str, text: str, **fields: Any) -> MemoryRecord:
     return MemoryRecord.model_validate(
         {"tenant_id": tenant, "user_id": user, "content": {"raw": text}, **fields}
     )
+
+
+def forget(writer: MemoryStore, held: dict[str, MemoryRecord], gone: Sequence[str]) -> None:
+    """Delete the memories ``gone`` of user "u" through ``writer``, and from ``held``."""
+    writer.delete(Filter(user_id="u", ids=tuple(gone)))
+    for memory_id in gone:
+        del held[memory_id]
+
+
+def rewrite(
+    writer: MemoryStore,
+    held: dict[str, MemoryRecord],
+    memory_id: str,
+    importance: float,
+    vector: Vector | None,
+) -> None:
+    """Update ``held[memory_id]`` through ``writer`` to a new version with ``importance``,
+    and ``vector`` where one is given (else its vector stays)."""
+    old = held[memory_id]
+    meta = old.metadata.model_copy(update={"version": old.metadata.version + 1})
+    new = old.model_copy(update={"metadata": meta, "importance": importance})
+    writer.update([Change(new, vector, expected_version=old.metadata.version)])
+    held[new.id] = new
 
 
 class Snapshot:

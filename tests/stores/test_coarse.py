@@ -13,9 +13,10 @@ import pytest
 from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord
 from chatmem.stores import SQLiteStore
 from chatmem.stores import coarse as shortlisted
-from chatmem.stores.base import Change, SearchQuery
+from chatmem.stores.base import SearchQuery
 from chatmem.stores.sqlite.schema import user_key
 from chatmem.stores.vector_cache import UserVectors
+from tests.stores.helpers import forget, rewrite
 
 DIMENSION = 32
 EMBEDDING = EmbeddingInfo(model="test", dimension=DIMENSION)
@@ -149,17 +150,12 @@ def test_the_projection_follows_another_store_s_writes(
             writer.put([Entry(r, v) for r, v in zip(records, vectors(len(records)), strict=True)])
             held.update((r.id, r) for r in records)
         elif action == "delete":
-            gone = pick.sample(sorted(held), k=2)
-            writer.delete(Filter(user_id="u", ids=tuple(gone)))
-            for memory_id in gone:
-                del held[memory_id]
+            forget(writer, held, pick.sample(sorted(held), k=2))
         else:
-            old = held[pick.choice(sorted(held))]
-            meta = old.metadata.model_copy(update={"version": old.metadata.version + 1})
-            new = old.model_copy(update={"metadata": meta, "importance": pick.random()})
-            vector = vectors(1)[0] if action == "vector" else None
-            writer.update([Change(new, vector, expected_version=old.metadata.version)])
-            held[new.id] = new
+            memory_id, importance = pick.choice(sorted(held)), pick.random()
+            rewrite(
+                writer, held, memory_id, importance, vectors(1)[0] if action == "vector" else None
+            )
         query = vectors(1)[0]
         assert _found(reader, query) == _found(uncached, query), (step, action)
         cached = _cached(reader)

@@ -18,7 +18,7 @@ from chatmem.stores import SQLiteStore
 from chatmem.stores.base import Change, SearchQuery
 from chatmem.stores.sqlite import search as halves
 from chatmem.stores.sqlite import writes
-from tests.stores.helpers import Snapshot
+from tests.stores.helpers import Snapshot, forget, rewrite
 
 DIMENSION = 8
 EMBEDDING = EmbeddingInfo(model="test", dimension=DIMENSION)
@@ -83,17 +83,12 @@ def test_random_writes_from_another_store_keep_the_cached_cosines_exact(
             writer.put([Entry(r, _vector(rng)) for r in records])
             held.update((r.id, r) for r in records)
         elif action == "delete":
-            gone = pick.sample(sorted(held), k=min(len(held), pick.randint(1, 3)))
-            writer.delete(Filter(user_id="u", ids=tuple(gone)))
-            for memory_id in gone:
-                del held[memory_id]
+            forget(writer, held, pick.sample(sorted(held), k=min(len(held), pick.randint(1, 3))))
         else:
-            old = held[pick.choice(sorted(held))]
-            meta = old.metadata.model_copy(update={"version": old.metadata.version + 1})
-            new = old.model_copy(update={"metadata": meta, "importance": pick.random()})
-            vector = _vector(rng) if action == "vector" else None
-            writer.update([Change(new, vector, expected_version=old.metadata.version)])
-            held[new.id] = new
+            memory_id, importance = pick.choice(sorted(held)), pick.random()
+            rewrite(
+                writer, held, memory_id, importance, _vector(rng) if action == "vector" else None
+            )
         if pick.random() < 0.6:  # the reader does not search after every write
             query = _vector(rng)
             assert _cosines(reader, query) == _cosines(uncached, query), (step, action)
