@@ -246,7 +246,7 @@ class Retriever:
                 roles=request.roles,
             )
         ended = time.perf_counter()
-        # Light only where there was a late rerank to leave out.
+        # Light only where a light search leaves something out (``lightens``).
         light = pressed and self.long_term.lightens
         return _Found(hits, linked, (searched - began) * 1000, (ended - searched) * 1000, light)
 
