@@ -288,6 +288,9 @@ def long_against_dense(folder: Path, count: int, runs: int) -> dict[str, Any]:
     dense.ingest("long", [Turn(str(i), "", t, 1, "", None) for i, t in enumerate(texts)])
     with LongTermMemory(SQLiteStore(folder / "chatmem.db"), LocalEmbedder()) as memory:
         fl._build(memory, "long", count, texts.__getitem__)
+        # At rest: the word-piece states of 500 long memories are written in the
+        # background for seconds after the load (2026-12-02); older trees lack settle.
+        getattr(memory, "settle", lambda: None)()
         asked = {
             "chatmem": lambda q: memory.search(q, user_id="long", k=50),
             "dense": lambda q: dense.search("long", q, 50),

@@ -311,6 +311,27 @@ def test_closing_writes_the_states_not_yet_kept(omar: tuple[Path, LocalEmbedder]
     assert len(held.asked) < 40
 
 
+def test_waiting_returns_once_what_was_started_is_computed_and_kept(
+    omar: tuple[Path, LocalEmbedder],
+) -> None:
+    path, _ = omar
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM memory_word_states")
+    store = SQLiteStore(path)
+    records = store.list(SCOPE).records
+    said = {said_text(r.context.speaker if r.context else None, r.text) for r in records}
+    held = _Slow({"query": _states([1, 0])} | {t: _states([0, 1]) for t in said})
+    texts = {f"m{n}": f"unheld {n}" for n in range(8)}
+    rerank = LateRerank(held, store)
+    rerank.reranked([Scored(i, 0.5, 0.5, None) for i in texts], "query", SCOPE, _reader(texts), 0.2)
+    rerank.stored(records)  # behind the 8 texts being computed
+    rerank.wait()
+    assert sorted(held.asked) == sorted(texts.values())  # all 8 computed, none twice
+    assert len(store.word_states([r.id for r in records], SCOPE)) == len(CHAT)
+    rerank.close()
+    store.close()
+
+
 def test_without_the_rerank_no_states_are_kept(tmp_path: Path) -> None:
     path = tmp_path / "plain.db"
     with _memory(path, LocalEmbedder(), 0.0) as memory:

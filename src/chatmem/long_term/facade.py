@@ -308,6 +308,13 @@ class LongTermMemory:
             for s, _ in chosen
         ]
 
+    def settle(self) -> None:
+        """Until the background work of what was added so far is done: the word-piece
+        states of the memories written beside them (after a bulk load of long memories
+        that is seconds of writes a benchmark would otherwise time its searches against)."""
+        if self._late is not None:
+            self._late.wait()
+
     @property
     def reranks_late(self) -> bool:
         """Whether a search here runs the late rerank (an embedder that keeps word-piece

@@ -184,6 +184,22 @@ class LateRerank:
             return False
         return True
 
+    def wait(self) -> None:
+        """Until the states computed and written so far, and those their work started, are
+        kept (a benchmark that times searches at rest after a bulk load; tests)."""
+        while True:
+            with self._lock:
+                worker = self._worker
+            if worker is None:
+                return
+            try:
+                worker.submit(lambda: None).result()  # one thread: after all before it
+            except RuntimeError:  # closed meanwhile: close writes what is left
+                return
+            with self._lock:
+                if not (self._filling or self._unwritten):
+                    return
+
     def close(self) -> None:
         """Stop computing states (the text being embedded finishes, the rest are dropped)
         and write those not yet kept."""
