@@ -65,6 +65,12 @@ class Snapshot:
     def edited_since(self, edited: int) -> list[Row]:
         return []
 
+    def kept(self) -> None:
+        return None
+
+    def keep(self, vectors: object, kept: object) -> None:
+        return None
+
 
 #: Six loud memories, a strong one (at least half the best BM25) and a weak one: the word
 #: once at the end of 60 others (a shorter weak text scored 0.68-0.74 of the best in

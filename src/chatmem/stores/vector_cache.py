@@ -51,6 +51,13 @@ class UserRows(Protocol):
     def edited_since(self, edited: int) -> Rows:
         """The rows updated after the ``edited`` count, in any order."""
 
+    def kept(self) -> UserVectors | None:
+        """The user's vectors as the store kept them whole, at older or the same versions
+        (never holding a row removed since); None where it keeps none."""
+
+    def keep(self, vectors: UserVectors, kept: UserVectors | None) -> None:
+        """Offer the store ``vectors``, built whole or brought on from ``kept``, to keep."""
+
 
 #: Default memory budget of the cache: enough for ~80 users of 10,000 memories (384 dims).
 DEFAULT_BUDGET_BYTES = 512 * 1024 * 1024
@@ -73,6 +80,11 @@ class SessionNumbers:
             with self._lock:
                 number = self._numbers.setdefault(session, len(self._numbers))
         return number
+
+    def named(self) -> list[str]:
+        """The sessions numbered so far, in the order of their numbers."""
+        with self._lock:
+            return sorted(self._numbers, key=self._numbers.__getitem__)
 
 
 @dataclass(frozen=True)
@@ -366,12 +378,15 @@ class VectorCache:
         only as far as they moved since the cached ones. An update that leaves every vector
         as it was (``edited`` alone moved) changes nothing here."""
         cached = self._users.get(key)
+        kept = rows.kept() if cached is None else None  # a new process's first search
+        cached = cached if cached is not None else kept
         older = cached is not None and (
             versions[0] < cached.versions[0] or versions[1] < cached.versions[1]
         )
         if cached is None or older:
             fresh = _build(rows.after(0), dimension, versions)
-        elif cached.versions == versions:
+            rows.keep(fresh, None)
+        elif cached.versions == versions and kept is None:
             return cached
         elif cached.versions[:2] == versions[:2]:
             # Only fields moved: the same arrays, marked as exact at the later ``edited``
@@ -384,6 +399,8 @@ class VectorCache:
             fresh._answers = cached._answers
         else:
             fresh = cached.moved_on(rows, versions)
+            if kept is not None:
+                rows.keep(fresh, kept)
         self._keep(key, fresh)
         return fresh
 

@@ -13,6 +13,8 @@ its keyword shard.
 - ``memory_history``: every add, update and delete, with the record before and after.
 - ``memory_word_states``: the word-piece states of a memory's text, by the row's ``rowid``
   (``put_word_states``); deleted with their memory, and replaced when its vector is.
+- ``user_vector_snapshots``: a big user's vectors whole, at the versions they were exact
+  for (``vector_snapshots``); deleted when a row of the user is removed or its vector changes.
 """
 
 from __future__ import annotations
@@ -151,6 +153,25 @@ MIGRATIONS: tuple[str, ...] = (
     # rerank: kept so that a new process ranks as the one that embedded the memory did.
     """
     CREATE TABLE memory_word_states (rowid INTEGER PRIMARY KEY, states BLOB NOT NULL);
+    """,
+    # A big user's vectors whole, in one row (``vector_snapshots``): a new process reads a
+    # user's matrix in one piece instead of row by row. Deleted by every write that removes
+    # a row or changes a vector of the user.
+    """
+    CREATE TABLE user_vector_snapshots (
+        tenant_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        appended INTEGER NOT NULL,
+        changed INTEGER NOT NULL,
+        edited INTEGER NOT NULL,
+        header TEXT NOT NULL,
+        rowids BLOB NOT NULL,
+        vectors BLOB NOT NULL,
+        sessions BLOB NOT NULL,
+        asks BLOB NOT NULL,
+        coarse BLOB,
+        PRIMARY KEY (tenant_id, user_id)
+    );
     """,
 )
 #: user_metadata keys with an index (migration 3); a filter on one of them is written with

@@ -12,12 +12,14 @@ import numpy.typing as npt
 from chatmem import text as textlib
 from chatmem.records import Vector
 from chatmem.stores.base import COMPLETED_SHARE, SearchQuery
+from chatmem.stores.sqlite import vector_snapshots as snapshots
 from chatmem.stores.sqlite import writes
 from chatmem.stores.sqlite.field_cache import Versions
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.filters import Admitted
 from chatmem.stores.sqlite.keyword_cache import Floats, Rowids, UserWords
 from chatmem.stores.sqlite.schema import FTS_WEIGHTS, fts_table, user_key, user_token
+from chatmem.stores.sqlite.vector_snapshots import VectorSnapshots
 from chatmem.stores.vector_cache import Row, UserVectors, VectorCache
 
 
@@ -44,8 +46,16 @@ _VECTORS = (
 class _UserRows:
     """One user's rows as the vector cache reads them (``vector_cache.UserRows``)."""
 
-    def __init__(self, conn: sqlite3.Connection, tenant: str, user: str) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        tenant: str,
+        user: str,
+        dimension: int,
+        copies: VectorSnapshots | None,
+    ) -> None:
         self._conn, self._user = conn, (tenant, user)
+        self._dimension, self._copies = dimension, copies
 
     def after(self, rowid: int) -> list[Row]:
         sql = _VECTORS + " AND m.rowid > ? ORDER BY m.rowid"
@@ -61,6 +71,15 @@ class _UserRows:
         rows: list[Row] = self._conn.execute(sql, (*self._user, edited)).fetchall()
         return rows
 
+    def kept(self) -> UserVectors | None:
+        if self._copies is None or self._copies.min_rows is None:
+            return None
+        return snapshots.read(self._conn, *self._user, self._dimension)
+
+    def keep(self, vectors: UserVectors, kept: UserVectors | None) -> None:
+        if self._copies is not None and self._copies.wanted(vectors, kept):
+            self._copies.keep(*self._user, vectors)
+
 
 def user_vectors(
     conn: sqlite3.Connection,
@@ -69,9 +88,12 @@ def user_vectors(
     tenant: str,
     user: str,
     versions: Versions,
+    copies: VectorSnapshots | None = None,
 ) -> UserVectors:
-    """The user's vectors at ``versions`` (``conn``'s open snapshot), from the cache."""
-    return cache.vectors(user_key(tenant, user), versions, dimension, _UserRows(conn, tenant, user))
+    """The user's vectors at ``versions`` (``conn``'s open snapshot), from the cache, else
+    from the user's copy in ``copies`` where it has one, else from its rows."""
+    rows = _UserRows(conn, tenant, user, dimension, copies)
+    return cache.vectors(user_key(tenant, user), versions, dimension, rows)
 
 
 def vector_half(
@@ -83,12 +105,13 @@ def vector_half(
     versions: Versions,
     admitted: Admitted,
     also: set[int],
+    copies: VectorSnapshots | None = None,
 ) -> tuple[dict[int, float], UserVectors]:
     """The ``candidates`` nearest rows that the filter ``admitted``, plus the cosine of
     ``also``; and the user's vectors they were read from."""
     tenant, user = query.filter.tenant_id, query.filter.require_user()
 
-    vectors = user_vectors(conn, cache, dimension, tenant, user, versions)
+    vectors = user_vectors(conn, cache, dimension, tenant, user, versions, copies)
     pool = admitted.positions(vectors.rowids)
     wanted = np.fromiter(sorted(also), dtype=np.int64)
     at = vectors.positions(wanted)

@@ -53,6 +53,8 @@ from chatmem.stores.sqlite.head_cache import HeadCache
 from chatmem.stores.sqlite.keyword_cache import DEFAULT_BUDGET_BYTES as WORDS_BUDGET_BYTES
 from chatmem.stores.sqlite.keyword_cache import MIN_ROWS, KeywordCache, UserWords, read_texts
 from chatmem.stores.sqlite.schema import MIGRATIONS, fts_table, user_key, user_token
+from chatmem.stores.sqlite.vector_snapshots import MIN_ROWS as COPY_MIN_ROWS
+from chatmem.stores.sqlite.vector_snapshots import VectorSnapshots
 from chatmem.stores.vector_cache import DEFAULT_BUDGET_BYTES, UserVectors, VectorCache
 
 _EMBEDDING = "SELECT value FROM chatmem_meta WHERE key = 'embedding'"
@@ -82,6 +84,7 @@ class SQLiteStore(MemoryStore):
         keyword_cache_bytes: int = WORDS_BUDGET_BYTES,
         keyword_cache_rows: int = MIN_ROWS,
         head_cache_bytes: int = HEADS_BUDGET_BYTES,
+        vector_copy_rows: int | None = COPY_MIN_ROWS,
     ) -> None:
         budgets = {
             "vector_cache_bytes": vector_cache_bytes,
@@ -92,12 +95,15 @@ class SQLiteStore(MemoryStore):
         for name, budget in budgets.items():
             checks.whole(budget, name, low=0)
         checks.whole(keyword_cache_rows, "keyword_cache_rows")
+        if vector_copy_rows is not None:
+            checks.whole(vector_copy_rows, "vector_copy_rows", low=1)
         self.path = str(path)
         self._file = SQLiteFile(path, synchronous=synchronous)
         self._vector_cache = VectorCache(vector_cache_bytes)
         self._field_cache = FieldCache(field_cache_bytes)
         self._keyword_cache = KeywordCache(keyword_cache_bytes, keyword_cache_rows)
         self._head_cache = HeadCache(head_cache_bytes)
+        self._copies = VectorSnapshots(self._file, vector_copy_rows)
         self._file.migrate(MIGRATIONS)
         self._embedding = self._read_embedding()
 
@@ -336,6 +342,7 @@ class SQLiteStore(MemoryStore):
                 versions,
                 allowed,
                 set(keyword),
+                self._copies,
             )
             if hits is not None:  # a vector find the keyword half matched further down
                 keyword.update(hits.of(cosine.keys() - keyword.keys()))
@@ -388,7 +395,13 @@ class SQLiteStore(MemoryStore):
                 self._field_cache.fields(conn, tenant, user, versions)
                 if self._embedding is not None:
                     halves.user_vectors(
-                        conn, self._vector_cache, self._dimension(), tenant, user, versions
+                        conn,
+                        self._vector_cache,
+                        self._dimension(),
+                        tenant,
+                        user,
+                        versions,
+                        self._copies,
                     )
                 self._keyword_cache.words(
                     conn,
@@ -433,6 +446,10 @@ class SQLiteStore(MemoryStore):
         """Until every keyword postings build started so far is done (benchmarks, tests)."""
         self._keyword_cache.wait()
 
+    def wait_for_vector_copies(self) -> None:
+        """Until every big user's vector copy started so far is written (benchmarks, tests)."""
+        self._copies.wait()
+
     def _build_words(self, tenant: str, user: str, table: str) -> UserWords:
         """The user's postings, read in one snapshot (in the keyword cache's thread)."""
         with self._file.read() as conn:
@@ -448,6 +465,7 @@ class SQLiteStore(MemoryStore):
 
     def close(self) -> None:
         self._keyword_cache.close()  # its builder reads the file: it stops first
+        self._copies.close()  # as does the copies' writer
         self._file.close()
 
     def __repr__(self) -> str:

@@ -15,6 +15,7 @@ from chatmem.errors import ConflictError, NotFoundError, ValidationError
 from chatmem.records import Entry, HistoryEvent, MemoryRecord, Vector, to_ms, utcnow
 from chatmem.stores.base import Change
 from chatmem.stores.sql_rows import HISTORY_COLUMNS, RECORD_COLUMNS, columns, record_of
+from chatmem.stores.sqlite import vector_snapshots as snapshots
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.sqlite.schema import FTS_COLUMNS, fts_of, fts_table, user_token
 
@@ -43,6 +44,8 @@ def _bump(conn: sqlite3.Connection, record: MemoryRecord, counter: str) -> int:
         f" RETURNING {counter}",
         (record.tenant_id, record.user_id),
     ).fetchone()
+    if counter == "changed":  # the user's whole copy may hold the old vector
+        snapshots.drop(conn, record.tenant_id, record.user_id)
     return int(row[0])
 
 
@@ -174,6 +177,7 @@ def _log_removal(conn: sqlite3.Connection, gone: MemoryRecord, rowid: int) -> No
         owner,
     ).fetchone()
     conn.execute("INSERT INTO memory_removals VALUES (?, ?, ?, ?)", (*owner, changed, rowid))
+    snapshots.drop(conn, *owner)  # a forgotten memory's vector is kept nowhere
     if changed - start > 2 * REMOVALS_KEPT:
         start = changed - REMOVALS_KEPT
         conn.execute(

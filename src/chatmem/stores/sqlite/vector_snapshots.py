@@ -1,0 +1,217 @@
+"""A big user's vectors kept whole, in one row, for a new process's first search (issue 14).
+
+A user's vectors lie in ``memory_vectors`` in the order they were written, among every
+other user's: at 1M memories the 20 heaviest users' first searches took 1.6 s at p95 cold,
+most of it reading their rows one by one (10,000 contiguous rows took 97 ms to read and
+61 ms to build into a matrix, with the file in the page cache). So a user of at least
+``MIN_ROWS`` memories, once its matrix was built whole, gets a copy of it written in the
+background as one row of ``user_vector_snapshots``: rowids, vectors, memory ids and each
+row's session, at the ``user_versions`` it was exact for.
+
+The copy is a cache entry that survives the process: a reader that finds no entry in its
+``VectorCache`` takes the copy and brings it to the current versions the way it brings any
+older entry (rows appended since, rows updated since). So a copy may be behind by appends
+and edits, never ahead, and never holds what is gone: every write that removes a row or
+changes a vector (``changed``) deletes the user's copy in its own transaction, and a copy
+is written only while ``changed`` is still what it was read at. A forgotten memory's vector
+is therefore never kept here. A copy that does not decode, or does not match the store's
+dimension, is ignored, and the user is read from its rows as before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from chatmem.stores.coarse import Coarse
+from chatmem.stores.sqlite.file import SQLiteFile, sqlite3
+from chatmem.stores.vector_cache import SessionNumbers, Turns, UserVectors, Versions
+from chatmem.threads import lower_priority
+
+logger = logging.getLogger("chatmem.stores.sqlite")
+
+#: Users with fewer memories are read from their rows: 4,096 rows read in about 60 ms.
+MIN_ROWS = 4_096
+#: A copy behind by more than this share of appended rows is written again.
+STALE_SHARE = 0.25
+
+_READ = (
+    "SELECT appended, changed, edited, header, rowids, vectors, sessions, asks, coarse"
+    " FROM user_vector_snapshots WHERE tenant_id = ? AND user_id = ?"
+)
+
+
+def drop(conn: sqlite3.Connection, tenant: str, user: str) -> None:
+    """Delete the user's copy (in the transaction that removes a row or changes a vector)."""
+    conn.execute(
+        "DELETE FROM user_vector_snapshots WHERE tenant_id = ? AND user_id = ?", (tenant, user)
+    )
+
+
+def read(conn: sqlite3.Connection, tenant: str, user: str, dimension: int) -> UserVectors | None:
+    """The user's copy in ``conn``'s snapshot, at the versions it was written at; None
+    when there is none or it does not decode as ``dimension``-wide vectors."""
+    row = conn.execute(_READ, (tenant, user)).fetchone()
+    if row is None:
+        return None
+    versions = (int(row[0]), int(row[1]), int(row[2]))
+    header, rowids, vectors, sessions, asks, coarse = row[3:]
+    try:
+        return _decoded(versions, header, rowids, vectors, sessions, asks, coarse, dimension)
+    except (ValueError, TypeError, KeyError) as exc:  # boundary: bytes from the file
+        logger.warning("ignored a user's vector copy that does not decode: %s", exc)
+        return None
+
+
+def _decoded(
+    versions: Versions,
+    header: str,
+    rowids: bytes,
+    vectors: bytes,
+    sessions: bytes,
+    asks: bytes,
+    coarse: bytes | None,
+    dimension: int,
+) -> UserVectors:
+    meta = json.loads(header)
+    ids, names = meta["ids"], meta["sessions"]
+    count = len(ids)
+    held = np.frombuffer(rowids, np.int64)
+    matrix = np.frombuffer(vectors, np.float32)
+    numbered = np.frombuffer(sessions, np.int32)
+    asking = np.frombuffer(asks, np.bool_)
+    if not (len(held) == len(numbered) == len(asking) == count == len(matrix) // dimension):
+        raise ValueError(f"{count} ids for {len(held)} rows and {len(matrix)} floats")
+    if len(matrix) != count * dimension or not isinstance(names, list):
+        raise ValueError("the vectors are not of the store's dimension")
+    numbers = SessionNumbers()
+    for name in names:
+        numbers.of(str(name))
+    if len(numbered) and (numbered.min() < -1 or numbered.max() >= len(names)):
+        raise ValueError("a session number out of range")
+    turns = Turns(numbered.astype(np.int64), asking.copy(), numbers)
+    projected = _coarse(meta.get("coarse"), coarse, count, dimension)
+    shaped = matrix.reshape(count, dimension)
+    return UserVectors(held, shaped, versions, list(ids), turns, projected)
+
+
+def _coarse(meta: object, blob: bytes | None, count: int, dimension: int) -> Coarse | None:
+    """The projection kept with the copy (``coarse``: fitting it took 53 ms a user of
+    20,000-37,000 memories); None where none was kept, and it is fitted on load."""
+    if blob is None or not isinstance(meta, dict):
+        return None
+    axes, fitted = int(meta["dimensions"]), int(meta["fitted"])
+    floats = np.frombuffer(blob, np.float32)
+    if len(floats) != dimension + dimension * axes + count * axes:
+        raise ValueError("the projection is not of the copy's size")
+    basis_ends = dimension + dimension * axes
+    return Coarse(
+        floats[:dimension],
+        floats[dimension:basis_ends].reshape(dimension, axes),
+        floats[basis_ends:].reshape(count, axes),
+        fitted,
+    )
+
+
+def _encoded(vectors: UserVectors) -> tuple[str, bytes, bytes, bytes, bytes, bytes | None]:
+    names = vectors.turns.numbers.named()
+    coarse, projected = vectors.coarse, None
+    meta: dict[str, object] = {"ids": vectors.ids, "sessions": names, "coarse": None}
+    if coarse is not None:
+        meta["coarse"] = {"dimensions": coarse.basis.shape[1], "fitted": coarse.fitted}
+        parts = (coarse.mean, coarse.basis, coarse.rows)
+        projected = b"".join(np.ascontiguousarray(part, np.float32).tobytes() for part in parts)
+    return (
+        json.dumps(meta),
+        np.ascontiguousarray(vectors.rowids, np.int64).tobytes(),
+        np.ascontiguousarray(vectors.matrix, np.float32).tobytes(),
+        vectors.turns.sessions.astype(np.int32).tobytes(),
+        np.ascontiguousarray(vectors.turns.asks, np.bool_).tobytes(),
+        projected,
+    )
+
+
+class VectorSnapshots:
+    """Writes users' copies in one background thread at low priority. With ``min_rows``
+    None none are written or read (the store's writes still drop those on the file)."""
+
+    def __init__(self, file: SQLiteFile, min_rows: int | None = MIN_ROWS) -> None:
+        self._file = file
+        self.min_rows = min_rows
+        self._lock = threading.Lock()
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: dict[tuple[str, str], Future[None]] = {}
+        self._closed = False
+
+    def wanted(self, vectors: UserVectors, copied: UserVectors | None) -> bool:
+        """Whether ``vectors`` (just built or brought on from ``copied``) should be kept."""
+        if self.min_rows is None or len(vectors.rowids) < self.min_rows:
+            return False
+        if copied is None:
+            return True
+        return len(vectors.rowids) - len(copied.rowids) > STALE_SHARE * len(copied.rowids)
+
+    def keep(self, tenant: str, user: str, vectors: UserVectors) -> None:
+        """Write ``vectors`` as the user's copy, in the background (one write a user at a
+        time; a user whose copy is being written keeps that one)."""
+        key = (tenant, user)
+        with self._lock:
+            if self._closed or key in self._pending:
+                return
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(
+                    1, thread_name_prefix="chatmem-vector-copy", initializer=lower_priority
+                )
+            try:
+                done = self._writer.submit(self._write, tenant, user, vectors)
+            except RuntimeError:  # the interpreter is shutting down
+                return
+            self._pending[key] = done
+        done.add_done_callback(lambda _: self._forget(key))
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._pending.pop(key, None)
+
+    def _write(self, tenant: str, user: str, vectors: UserVectors) -> None:
+        parts = _encoded(vectors)
+
+        def write(conn: sqlite3.Connection) -> None:
+            now = conn.execute(
+                "SELECT appended, changed FROM user_versions WHERE tenant_id = ? AND user_id = ?",
+                (tenant, user),
+            ).fetchone()
+            # Something was removed or changed since: the copy may hold it, so none.
+            if now is None or int(now[1]) != vectors.versions[1]:
+                return
+            conn.execute(
+                f"INSERT OR REPLACE INTO user_vector_snapshots VALUES ({', '.join('?' * 11)})",
+                (tenant, user, *vectors.versions, *parts),
+            )
+
+        try:
+            self._file.write(write)
+        except Exception as exc:  # boundary: a copy is an optimisation, never an error
+            logger.warning("could not keep a user's vector copy: %s", exc)
+
+    def wait(self) -> None:
+        """Until every copy started so far is written (benchmarks, tests)."""
+        with self._lock:
+            pending = list(self._pending.values())
+        for done in pending:
+            done.result()
+
+    def close(self) -> None:
+        """Finish the copy being written; drop those not started."""
+        with self._lock:
+            self._closed = True
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.shutdown(wait=True, cancel_futures=True)
+
+
+__all__ = ["MIN_ROWS", "VectorSnapshots", "drop", "read"]

@@ -1,0 +1,223 @@
+"""A big user's vectors kept whole in one row (issue 14): a new process's first search
+reads the copy instead of the user's rows one by one, brings it to the current versions as
+the vector cache brings any older entry, and finds exactly what a reader without any cache
+finds. A removed memory's vector is never left in a copy."""
+
+from __future__ import annotations
+
+import random
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord
+from chatmem.stores import SQLiteStore, coarse
+from chatmem.stores.base import SearchQuery
+from chatmem.stores.sqlite import search as halves
+from chatmem.stores.sqlite.file import sqlite3
+from tests.stores.helpers import forget, rewrite
+
+DIMENSION = 8
+EMBEDDING = EmbeddingInfo(model="test", dimension=DIMENSION)
+BIG = 40  # vector_copy_rows in these tests
+
+
+def _vector(rng: np.random.Generator) -> np.ndarray:
+    vector = rng.standard_normal(DIMENSION).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def _store(path: Path, *, copies: int | None = BIG, budget: int = 512 * 1024 * 1024) -> SQLiteStore:
+    store = SQLiteStore(path, vector_cache_bytes=budget, vector_copy_rows=copies)
+    store.bind_embedding(EMBEDDING)
+    return store
+
+
+def _turns(rng: np.random.Generator, count: int, step: int) -> list[Entry]:
+    """Chat turns of a few sessions, some asking something (their answers are scored with
+    them), and a few memories that are not turns."""
+    entries = []
+    for n in range(count):
+        turn = n % 5 != 4
+        text = f"turn {step}.{n}" + ("?" if n % 3 == 0 else ".")
+        record = MemoryRecord(
+            user_id="u",
+            type="episodic" if turn else "semantic",
+            session_id=f"s{(step + n) % 4}" if turn else None,
+            content={"raw": text},
+        )
+        entries.append(Entry(record, _vector(rng)))
+    return entries
+
+
+def _found(store: SQLiteStore, query: np.ndarray) -> dict[str, float]:
+    found = store.search(SearchQuery(Filter(user_id="u"), vector=query, candidates=1000))
+    return {c.id: round(c.vector_score or 0.0, 5) for c in found}
+
+
+def _copies(path: Path) -> list[tuple[int, int, int]]:
+    with closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute("SELECT appended, changed, edited FROM user_vector_snapshots")
+        return [tuple(row) for row in rows]  # type: ignore[misc]
+
+
+class _WholeReads:
+    """Counts reads of a user's rows from the first (``after(0)``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        after = halves._UserRows.after
+
+        def counted(rows: halves._UserRows, rowid: int) -> list[tuple[int, bytes, str]]:
+            self.count += rowid == 0
+            return after(rows, rowid)
+
+        monkeypatch.setattr(halves._UserRows, "after", counted)
+
+
+def test_a_new_process_reads_a_big_users_copy_instead_of_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "copies.db"
+    rng = np.random.default_rng(5)
+    first = _store(path)
+    first.put(_turns(rng, 60, 0))
+    query = _vector(rng)
+    expected = _found(first, query)
+    first.wait_for_vector_copies()
+    assert len(_copies(path)) == 1
+    first.close()
+
+    reads = _WholeReads(monkeypatch)
+    fresh, plain = _store(path), _store(path, copies=None, budget=1)
+    assert _found(fresh, query) == expected == _found(plain, query)
+    assert reads.count == 1  # the reader without any cache; the fresh one took the copy
+    # A turn that answers a question is scored with it, from the copy's sessions.
+    assert any(score > 0 for score in expected.values())
+    fresh.close()
+    plain.close()
+
+
+def test_small_users_and_a_store_without_copies_write_none(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    small = _store(tmp_path / "small.db")
+    small.put(_turns(rng, BIG - 1, 0))
+    _found(small, _vector(rng))
+    small.wait_for_vector_copies()
+    assert _copies(tmp_path / "small.db") == []
+    off = _store(tmp_path / "off.db", copies=None)
+    off.put(_turns(rng, BIG * 2, 0))
+    _found(off, _vector(rng))
+    off.wait_for_vector_copies()
+    assert _copies(tmp_path / "off.db") == []
+    small.close()
+    off.close()
+
+
+def test_random_writes_keep_a_fresh_readers_cosines_exact_and_no_removed_vector_kept(
+    tmp_path: Path,
+) -> None:
+    """After every write a new store (an empty cache, as a new process has) reads the user
+    from its copy where there is one, and finds what a reader without any cache finds. A
+    delete or a new vector leaves no copy behind; appends leave the copy behind by them."""
+    path = tmp_path / "moves.db"
+    writer = _store(path)
+    uncached = _store(path, copies=None, budget=1)
+    rng, pick = np.random.default_rng(7), random.Random(7)
+    held: dict[str, MemoryRecord] = {}
+    copied_after: list[str] = []
+    for step in range(60):
+        action = pick.choice(["add", "add", "delete", "vector", "fields"]) if held else "add"
+        if action == "add":
+            entries = _turns(rng, pick.randint(1, 12), step)
+            writer.put(entries)
+            held.update((e.record.id, e.record) for e in entries)
+        elif action == "delete":
+            forget(writer, held, pick.sample(sorted(held), min(len(held), pick.randint(1, 3))))
+            assert _copies(path) == []  # dropped in the delete's own transaction
+        else:
+            gone = pick.choice(sorted(held))
+            rewrite(writer, held, gone, pick.random(), _vector(rng) if action == "vector" else None)
+            if action == "vector":
+                assert _copies(path) == []
+        query = _vector(rng)
+        reader = _store(path)
+        assert _found(reader, query) == _found(uncached, query), (step, action)
+        reader.wait_for_vector_copies()
+        if _copies(path):
+            copied_after.append(action)
+        reader.close()
+    assert "add" in copied_after and len(held) >= BIG  # copies were made and read on
+    writer.close()
+    uncached.close()
+
+
+def test_a_copy_is_never_written_over_a_removal_made_since_it_was_read(tmp_path: Path) -> None:
+    path = tmp_path / "late.db"
+    rng = np.random.default_rng(8)
+    store = _store(path)
+    entries = _turns(rng, 50, 0)
+    store.put(entries)
+    with store._file.read() as conn:
+        versions = halves.user_versions(conn, "default", "u")
+        vectors = halves.user_vectors(
+            conn, store._vector_cache, DIMENSION, "default", "u", versions
+        )
+    store.delete(Filter(user_id="u", ids=(entries[0].record.id,)))
+    store._copies.keep("default", "u", vectors)  # read before the delete, written after it
+    store.wait_for_vector_copies()
+    assert _copies(path) == []
+    store.close()
+
+
+def test_a_copy_that_does_not_decode_is_read_past(tmp_path: Path) -> None:
+    path = tmp_path / "broken.db"
+    rng = np.random.default_rng(9)
+    store = _store(path)
+    store.put(_turns(rng, 50, 0))
+    query = _vector(rng)
+    expected = _found(store, query)
+    store.wait_for_vector_copies()
+    store.close()
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE user_vector_snapshots SET vectors = substr(vectors, 1, 100)")
+    fresh = _store(path)
+    assert _found(fresh, query) == expected
+    fresh.close()
+
+
+def test_a_copy_keeps_a_big_users_projection_so_a_new_process_fits_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user big enough to be shortlisted (``coarse``; its size lowered here) keeps its
+    projection in the copy: a new process searches with it, fits no other, and finds what
+    a reader without any cache finds."""
+    monkeypatch.setattr(coarse, "ROWS", 30)
+    monkeypatch.setattr(coarse, "DIMENSIONS", 4)
+    monkeypatch.setattr(coarse, "SHORTLIST", 5)
+    path = tmp_path / "coarse.db"
+    rng = np.random.default_rng(10)
+    first = _store(path)
+    first.put(_turns(rng, 80, 0))
+    queries = [_vector(rng) for _ in range(5)]
+    expected = [_found(first, q) for q in queries]
+    first.wait_for_vector_copies()
+    first.close()
+
+    fits: list[int] = []
+    fit = coarse.Coarse.fit.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[coarse.Coarse], matrix: np.ndarray) -> coarse.Coarse:
+        fits.append(len(matrix))
+        return fit(cls, matrix)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(coarse.Coarse, "fit", classmethod(counted))
+    fresh, plain = _store(path), _store(path, copies=None, budget=1)
+    assert [_found(fresh, q) for q in queries] == expected
+    assert fits == []  # the copy's projection, not a new one
+    assert [_found(plain, q) for q in queries] == expected
+    assert fits  # the reader of rows fitted its own
+    fresh.close()
+    plain.close()
