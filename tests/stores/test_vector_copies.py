@@ -14,9 +14,10 @@ import pytest
 
 from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord
 from chatmem.stores import SQLiteStore, coarse
-from chatmem.stores.base import SearchQuery
+from chatmem.stores.base import Change, SearchQuery
 from chatmem.stores.sqlite import search as halves
 from chatmem.stores.sqlite.file import sqlite3
+from chatmem.stores.vector_cache import UserVectors
 from tests.stores.helpers import forget, rewrite
 
 DIMENSION = 8
@@ -52,9 +53,17 @@ def _turns(rng: np.random.Generator, count: int, step: int) -> list[Entry]:
     return entries
 
 
-def _found(store: SQLiteStore, query: np.ndarray) -> dict[str, float]:
-    found = store.search(SearchQuery(Filter(user_id="u"), vector=query, candidates=1000))
+def _found(store: SQLiteStore, query: np.ndarray, candidates: int = 1000) -> dict[str, float]:
+    found = store.search(SearchQuery(Filter(user_id="u"), vector=query, candidates=candidates))
     return {c.id: round(c.vector_score or 0.0, 5) for c in found}
+
+
+def _held(store: SQLiteStore) -> UserVectors:
+    """The user's vectors as ``store`` holds them (read now where it holds none)."""
+    with store._file.read() as conn:
+        versions = halves.user_versions(conn, "default", "u")
+        cache = store._vector_cache
+        return halves.user_vectors(conn, cache, DIMENSION, "default", "u", versions, store._copies)
 
 
 def _copies(path: Path) -> list[tuple[int, int, int]]:
@@ -94,8 +103,11 @@ def test_a_new_process_reads_a_big_users_copy_instead_of_its_rows(
     fresh, plain = _store(path), _store(path, copies=None, budget=1)
     assert _found(fresh, query) == expected == _found(plain, query)
     assert reads.count == 1  # the reader without any cache; the fresh one took the copy
-    # A turn that answers a question is scored with it, from the copy's sessions.
-    assert any(score > 0 for score in expected.values())
+    # The copy's sessions and questions pair the same answers with their questions.
+    copied, read = _held(fresh).replies(), _held(plain).replies()
+    assert len(copied.answer) > 0
+    assert copied.answer.tolist() == read.answer.tolist()
+    assert copied.question.tolist() == read.question.tolist()
     fresh.close()
     plain.close()
 
@@ -116,8 +128,23 @@ def test_small_users_and_a_store_without_copies_write_none(tmp_path: Path) -> No
     off.close()
 
 
+def _moved(writer: SQLiteStore, held: dict[str, MemoryRecord], memory_id: str, step: int) -> None:
+    """An update that keeps the vector but moves the turn to another session, or makes it
+    ask something (or not)."""
+    old = held[memory_id]
+    meta = old.metadata.model_copy(update={"version": old.metadata.version + 1})
+    text = old.content.raw.rstrip("?.") + ("." if old.content.raw.endswith("?") else "?")
+    if step % 2:
+        moved: dict[str, object] = {"session_id": f"s{step % 4}x"}
+    else:
+        moved = {"content": old.content.model_copy(update={"raw": text})}
+    new = old.model_copy(update={"metadata": meta, **moved})
+    writer.update([Change(new, None, expected_version=old.metadata.version)])
+    held[new.id] = new
+
+
 def test_random_writes_keep_a_fresh_readers_cosines_exact_and_no_removed_vector_kept(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After every write a new store (an empty cache, as a new process has) reads the user
     from its copy where there is one, and finds what a reader without any cache finds. A
@@ -128,8 +155,10 @@ def test_random_writes_keep_a_fresh_readers_cosines_exact_and_no_removed_vector_
     rng, pick = np.random.default_rng(7), random.Random(7)
     held: dict[str, MemoryRecord] = {}
     copied_after: list[str] = []
-    for step in range(60):
-        action = pick.choice(["add", "add", "delete", "vector", "fields"]) if held else "add"
+    reads, from_copy = _WholeReads(monkeypatch), 0
+    for step in range(80):
+        actions = ["add", "add", "delete", "vector", "fields", "turn"]
+        action = pick.choice(actions) if held else "add"
         if action == "add":
             entries = _turns(rng, pick.randint(1, 12), step)
             writer.put(entries)
@@ -137,6 +166,9 @@ def test_random_writes_keep_a_fresh_readers_cosines_exact_and_no_removed_vector_
         elif action == "delete":
             forget(writer, held, pick.sample(sorted(held), min(len(held), pick.randint(1, 3))))
             assert _copies(path) == []  # dropped in the delete's own transaction
+        elif action == "turn":
+            _moved(writer, held, pick.choice(sorted(held)), step)
+            assert _copies(path) == []  # what the copy says of the turn is stale
         else:
             gone = pick.choice(sorted(held))
             rewrite(writer, held, gone, pick.random(), _vector(rng) if action == "vector" else None)
@@ -144,12 +176,16 @@ def test_random_writes_keep_a_fresh_readers_cosines_exact_and_no_removed_vector_
                 assert _copies(path) == []
         query = _vector(rng)
         reader = _store(path)
-        assert _found(reader, query) == _found(uncached, query), (step, action)
+        before = reads.count
+        found = _found(reader, query)
+        from_copy += reads.count == before
+        assert found == _found(uncached, query), (step, action)
         reader.wait_for_vector_copies()
         if _copies(path):
             copied_after.append(action)
         reader.close()
     assert "add" in copied_after and len(held) >= BIG  # copies were made and read on
+    assert from_copy >= 10  # readers that took a copy rather than the rows
     writer.close()
     uncached.close()
 
@@ -197,12 +233,15 @@ def test_a_copy_keeps_a_big_users_projection_so_a_new_process_fits_none(
     monkeypatch.setattr(coarse, "ROWS", 30)
     monkeypatch.setattr(coarse, "DIMENSIONS", 4)
     monkeypatch.setattr(coarse, "SHORTLIST", 5)
+    monkeypatch.setattr(coarse, "PER_CANDIDATE", 2)  # 6 of the 80 rows scored exactly
     path = tmp_path / "coarse.db"
     rng = np.random.default_rng(10)
     first = _store(path)
     first.put(_turns(rng, 80, 0))
     queries = [_vector(rng) for _ in range(5)]
-    expected = [_found(first, q) for q in queries]
+    expected = [_found(first, q, candidates=3) for q in queries]
+    projected = _held(first).coarse
+    assert projected is not None
     first.wait_for_vector_copies()
     first.close()
 
@@ -215,9 +254,13 @@ def test_a_copy_keeps_a_big_users_projection_so_a_new_process_fits_none(
 
     monkeypatch.setattr(coarse.Coarse, "fit", classmethod(counted))
     fresh, plain = _store(path), _store(path, copies=None, budget=1)
-    assert [_found(fresh, q) for q in queries] == expected
+    assert [_found(fresh, q, candidates=3) for q in queries] == expected
     assert fits == []  # the copy's projection, not a new one
-    assert [_found(plain, q) for q in queries] == expected
+    loaded = _held(fresh).coarse
+    assert loaded is not None and loaded.fitted == projected.fitted
+    for part in ("mean", "basis", "rows"):
+        assert np.array_equal(getattr(loaded, part), getattr(projected, part)), part
+    assert [_found(plain, q, candidates=3) for q in queries] == expected
     assert fits  # the reader of rows fitted its own
     fresh.close()
     plain.close()

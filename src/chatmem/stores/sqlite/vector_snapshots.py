@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from chatmem.stores import coarse as coarse_settings
 from chatmem.stores.coarse import Coarse
 from chatmem.stores.sqlite.file import SQLiteFile, sqlite3
 from chatmem.stores.vector_cache import SessionNumbers, Turns, UserVectors, Versions
@@ -38,6 +39,9 @@ logger = logging.getLogger("chatmem.stores.sqlite")
 MIN_ROWS = 4_096
 #: A copy behind by more than this share of appended rows is written again.
 STALE_SHARE = 0.25
+#: The layout of a copy and how its rows were read (which rows are turns, what asks); a
+#: copy written by another layout is ignored, and the user read from its rows.
+FORMAT = 1
 
 _READ = (
     "SELECT appended, changed, edited, header, rowids, vectors, sessions, asks, coarse"
@@ -78,6 +82,8 @@ def _decoded(
     dimension: int,
 ) -> UserVectors:
     meta = json.loads(header)
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"a copy of format {meta.get('format')!r}, not {FORMAT}")
     ids, names = meta["ids"], meta["sessions"]
     count = len(ids)
     held = np.frombuffer(rowids, np.int64)
@@ -105,6 +111,8 @@ def _coarse(meta: object, blob: bytes | None, count: int, dimension: int) -> Coa
     if blob is None or not isinstance(meta, dict):
         return None
     axes, fitted = int(meta["dimensions"]), int(meta["fitted"])
+    if axes != coarse_settings.DIMENSIONS:  # fitted under other settings: fitted anew
+        return None
     floats = np.frombuffer(blob, np.float32)
     if len(floats) != dimension + dimension * axes + count * axes:
         raise ValueError("the projection is not of the copy's size")
@@ -120,7 +128,12 @@ def _coarse(meta: object, blob: bytes | None, count: int, dimension: int) -> Coa
 def _encoded(vectors: UserVectors) -> tuple[str, bytes, bytes, bytes, bytes, bytes | None]:
     names = vectors.turns.numbers.named()
     coarse, projected = vectors.coarse, None
-    meta: dict[str, object] = {"ids": vectors.ids, "sessions": names, "coarse": None}
+    meta: dict[str, object] = {
+        "format": FORMAT,
+        "ids": vectors.ids,
+        "sessions": names,
+        "coarse": None,
+    }
     if coarse is not None:
         meta["coarse"] = {"dimensions": coarse.basis.shape[1], "fitted": coarse.fitted}
         parts = (coarse.mean, coarse.basis, coarse.rows)
@@ -181,6 +194,8 @@ class VectorSnapshots:
         parts = _encoded(vectors)
 
         def write(conn: sqlite3.Connection) -> None:
+            if self._closed:  # closing: a copy is not worth keeping the store open for
+                return
             now = conn.execute(
                 "SELECT appended, changed FROM user_versions WHERE tenant_id = ? AND user_id = ?",
                 (tenant, user),
@@ -203,7 +218,8 @@ class VectorSnapshots:
         with self._lock:
             pending = list(self._pending.values())
         for done in pending:
-            done.result()
+            if not done.cancelled():  # cancelled by close
+                done.result()
 
     def close(self) -> None:
         """Finish the copy being written; drop those not started."""

@@ -4,6 +4,7 @@ tell every connection's vector and field caches a user's rows moved on."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -137,6 +138,8 @@ def apply_change(conn: sqlite3.Connection, change: Change) -> None:
         f"UPDATE memories SET {sets}body = ?, edited = ? WHERE rowid = ?",
         (*(value for _, value in changed), body, edited, rowid),
     )
+    if change.vector is None and _turn_moved(changed, old_body, new):
+        snapshots.drop(conn, new.tenant_id, new.user_id)  # its session or asking is stale
     if change.vector is not None:
         conn.execute(
             "UPDATE memory_vectors SET embedding = ? WHERE rowid = ?",
@@ -164,6 +167,15 @@ def remove(conn: sqlite3.Connection, rows: Sequence[tuple[int, str]], reason: st
             conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
         _log_removal(conn, gone, rowid)
         _add_history(conn, gone, HistoryEvent.DELETE, body, None, reason)
+
+
+def _turn_moved(changed: Sequence[tuple[str, Any]], old_body: str, new: MemoryRecord) -> bool:
+    """Whether an update that keeps the vector changes what a user's vector copy holds of
+    the row besides it: its session, its type (a chat turn or not), or its text (whether it
+    asks something)."""
+    if any(name in ("session_id", "type") for name, _ in changed):
+        return True
+    return bool(json.loads(old_body)["content"]["raw"] != new.content.raw)
 
 
 def _log_removal(conn: sqlite3.Connection, gone: MemoryRecord, rowid: int) -> None:
