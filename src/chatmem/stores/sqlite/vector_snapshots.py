@@ -66,9 +66,16 @@ def read(conn: sqlite3.Connection, tenant: str, user: str, dimension: int) -> Us
     header, rowids, vectors, sessions, asks, coarse = row[3:]
     try:
         return _decoded(versions, header, rowids, vectors, sessions, asks, coarse, dimension)
+    except _OtherFormat as exc:  # an older chatmem's: read from the rows, written anew
+        logger.debug("read past a user's vector copy: %s", exc)
+        return None
     except (ValueError, TypeError, KeyError) as exc:  # boundary: bytes from the file
         logger.warning("ignored a user's vector copy that does not decode: %s", exc)
         return None
+
+
+class _OtherFormat(ValueError):
+    """A copy written in another layout than ``FORMAT``."""
 
 
 def _decoded(
@@ -83,7 +90,7 @@ def _decoded(
 ) -> UserVectors:
     meta = json.loads(header)
     if meta.get("format") != FORMAT:
-        raise ValueError(f"a copy of format {meta.get('format')!r}, not {FORMAT}")
+        raise _OtherFormat(f"a copy of format {meta.get('format')!r}, not {FORMAT}")
     ids, names = meta["ids"], meta["sessions"]
     count = len(ids)
     held = np.frombuffer(rowids, np.int64)
