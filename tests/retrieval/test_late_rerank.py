@@ -23,7 +23,7 @@ from chatmem.long_term.late import LateRerank
 from chatmem.long_term.write_policy import WritePolicy
 from chatmem.messages import SessionKey
 from chatmem.ranking import SPEAKER_READ, Scored
-from chatmem.records import Filter
+from chatmem.records import Filter, MemoryRecord
 from chatmem.stores import SQLiteStore
 from chatmem.stores.base import Head
 from chatmem.text import said_text
@@ -291,19 +291,26 @@ def test_closing_stops_the_background_after_the_text_in_hand(store: SQLiteStore)
     assert len(held.asked) < 40
 
 
-def test_closing_writes_the_states_not_yet_kept(omar: tuple[Path, LocalEmbedder]) -> None:
-    path, _ = omar
+def _busy_when_handed_over(
+    path: Path, count: int
+) -> tuple[SQLiteStore, list[MemoryRecord], _Slow, dict[str, str], LateRerank]:
+    """A rerank whose background is computing ``count`` unheld texts when the states of the
+    store's memories (none kept yet) are handed over to it."""
     with sqlite3.connect(path) as conn:
         conn.execute("DELETE FROM memory_word_states")
     store = SQLiteStore(path)
     records = store.list(SCOPE).records
     said = {said_text(r.context.speaker if r.context else None, r.text) for r in records}
     held = _Slow({"query": _states([1, 0])} | {t: _states([0, 1]) for t in said})
-    texts = {f"m{n}": f"unheld {n}" for n in range(40)}
+    texts = {f"m{n}": f"unheld {n}" for n in range(count)}
     rerank = LateRerank(held, store)
-    # The background is busy computing 40 texts when the memories' states are handed over.
     rerank.reranked([Scored(i, 0.5, 0.5, None) for i in texts], "query", SCOPE, _reader(texts), 0.2)
     rerank.stored(records)
+    return store, records, held, texts, rerank
+
+
+def test_closing_writes_the_states_not_yet_kept(omar: tuple[Path, LocalEmbedder]) -> None:
+    store, records, held, _, rerank = _busy_when_handed_over(omar[0], 40)
     rerank.close()
     kept = store.word_states([r.id for r in records], SCOPE)
     store.close()
@@ -314,17 +321,7 @@ def test_closing_writes_the_states_not_yet_kept(omar: tuple[Path, LocalEmbedder]
 def test_waiting_returns_once_what_was_started_is_computed_and_kept(
     omar: tuple[Path, LocalEmbedder],
 ) -> None:
-    path, _ = omar
-    with sqlite3.connect(path) as conn:
-        conn.execute("DELETE FROM memory_word_states")
-    store = SQLiteStore(path)
-    records = store.list(SCOPE).records
-    said = {said_text(r.context.speaker if r.context else None, r.text) for r in records}
-    held = _Slow({"query": _states([1, 0])} | {t: _states([0, 1]) for t in said})
-    texts = {f"m{n}": f"unheld {n}" for n in range(8)}
-    rerank = LateRerank(held, store)
-    rerank.reranked([Scored(i, 0.5, 0.5, None) for i in texts], "query", SCOPE, _reader(texts), 0.2)
-    rerank.stored(records)  # behind the 8 texts being computed
+    store, records, held, texts, rerank = _busy_when_handed_over(omar[0], 8)
     rerank.wait()
     assert sorted(held.asked) == sorted(texts.values())  # all 8 computed, none twice
     assert len(store.word_states([r.id for r in records], SCOPE)) == len(CHAT)

@@ -66,6 +66,19 @@ def _held(store: SQLiteStore) -> UserVectors:
         return halves.user_vectors(conn, cache, DIMENSION, "default", "u", versions, store._copies)
 
 
+def _written(path: Path, seed: int, count: int) -> tuple[np.ndarray, dict[str, float]]:
+    """A store of ``count`` turns of user "u", searched once and closed once its copy is
+    written: the question and what it found."""
+    rng = np.random.default_rng(seed)
+    store = _store(path)
+    store.put(_turns(rng, count, 0))
+    query = _vector(rng)
+    expected = _found(store, query)
+    store.wait_for_vector_copies()
+    store.close()
+    return query, expected
+
+
 def _copies(path: Path) -> list[tuple[int, int, int]]:
     with closing(sqlite3.connect(path)) as conn:
         rows = conn.execute("SELECT appended, changed, edited FROM user_vector_snapshots")
@@ -90,14 +103,8 @@ def test_a_new_process_reads_a_big_users_copy_instead_of_its_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "copies.db"
-    rng = np.random.default_rng(5)
-    first = _store(path)
-    first.put(_turns(rng, 60, 0))
-    query = _vector(rng)
-    expected = _found(first, query)
-    first.wait_for_vector_copies()
+    query, expected = _written(path, 5, 60)
     assert len(_copies(path)) == 1
-    first.close()
 
     reads = _WholeReads(monkeypatch)
     fresh, plain = _store(path), _store(path, copies=None, budget=1)
@@ -210,13 +217,7 @@ def test_a_copy_is_never_written_over_a_removal_made_since_it_was_read(tmp_path:
 
 def test_a_copy_that_does_not_decode_is_read_past(tmp_path: Path) -> None:
     path = tmp_path / "broken.db"
-    rng = np.random.default_rng(9)
-    store = _store(path)
-    store.put(_turns(rng, 50, 0))
-    query = _vector(rng)
-    expected = _found(store, query)
-    store.wait_for_vector_copies()
-    store.close()
+    query, expected = _written(path, 9, 50)
     with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE user_vector_snapshots SET vectors = substr(vectors, 1, 100)")
     fresh = _store(path)
