@@ -265,3 +265,21 @@ def test_a_copy_keeps_a_big_users_projection_so_a_new_process_fits_none(
     assert fits  # the reader of rows fitted its own
     fresh.close()
     plain.close()
+
+
+def test_a_copy_read_in_an_older_snapshot_never_replaces_a_newer_one(tmp_path: Path) -> None:
+    path = tmp_path / "older.db"
+    rng = np.random.default_rng(11)
+    store = _store(path)
+    store.put(_turns(rng, 50, 0))
+    older = _held(store)
+    store.wait_for_vector_copies()  # the copy of the 50, written after they were read
+    store.put(_turns(rng, 5, 1))
+    newer = _held(store)  # brought on from the cache: offered again only when stale
+    store._copies.keep("default", "u", newer)
+    store.wait_for_vector_copies()
+    assert [v[0] for v in _copies(path)] == [55]
+    store._copies.keep("default", "u", older)  # a search that began before the 5 were put
+    store.wait_for_vector_copies()
+    assert [v[0] for v in _copies(path)] == [55]
+    store.close()

@@ -14,7 +14,8 @@ its keyword shard.
 - ``memory_word_states``: the word-piece states of a memory's text, by the row's ``rowid``
   (``put_word_states``); deleted with their memory, and replaced when its vector is.
 - ``user_vector_snapshots``: a big user's vectors whole, at the versions they were exact
-  for (``vector_snapshots``); deleted when a row of the user is removed or its vector changes.
+  for (``vector_snapshots``); deleted when a row of the user is removed, its vector changes,
+  or a turn moves to another session or changes its text.
 """
 
 from __future__ import annotations

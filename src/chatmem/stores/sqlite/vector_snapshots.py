@@ -12,10 +12,12 @@ The copy is a cache entry that survives the process: a reader that finds no entr
 ``VectorCache`` takes the copy and brings it to the current versions the way it brings any
 older entry (rows appended since, rows updated since). So a copy may be behind by appends
 and edits, never ahead, and never holds what is gone: every write that removes a row or
-changes a vector (``changed``) deletes the user's copy in its own transaction, and a copy
-is written only while ``changed`` is still what it was read at. A forgotten memory's vector
-is therefore never kept here. A copy that does not decode, or does not match the store's
-dimension, is ignored, and the user is read from its rows as before.
+changes a vector (``changed``) deletes the user's copy in its own transaction, as does an
+update that keeps the vector but moves a turn to another session or changes its text
+(what the copy says of the row besides its vector), and a copy is written only while
+``changed`` is still what it was read at. A forgotten memory's vector is therefore never
+kept here. A copy of another ``FORMAT``, one that does not decode, or one that does not
+match the store's dimension is ignored, and the user is read from its rows as before.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ STALE_SHARE = 0.25
 #: copy written by another layout is ignored, and the user read from its rows.
 FORMAT = 1
 
+_COLUMNS = ("appended", "changed", "edited", "header", "rowids", "vectors", "sessions", "asks")
+_REPLACED = ", ".join(f"{name} = excluded.{name}" for name in (*_COLUMNS, "coarse"))
 _READ = (
     "SELECT appended, changed, edited, header, rowids, vectors, sessions, asks, coarse"
     " FROM user_vector_snapshots WHERE tenant_id = ? AND user_id = ?"
@@ -97,10 +101,10 @@ def _decoded(
     matrix = np.frombuffer(vectors, np.float32)
     numbered = np.frombuffer(sessions, np.int32)
     asking = np.frombuffer(asks, np.bool_)
-    if not (len(held) == len(numbered) == len(asking) == count == len(matrix) // dimension):
-        raise ValueError(f"{count} ids for {len(held)} rows and {len(matrix)} floats")
-    if len(matrix) != count * dimension or not isinstance(names, list):
-        raise ValueError("the vectors are not of the store's dimension")
+    if not isinstance(names, list) or len(matrix) != count * dimension:
+        raise ValueError(f"{count} ids for {len(matrix)} floats of {dimension} a vector")
+    if not len(held) == len(numbered) == len(asking) == count:
+        raise ValueError(f"{count} ids for {len(held)} rows")
     numbers = SessionNumbers()
     for name in names:
         numbers.of(str(name))
@@ -210,8 +214,12 @@ class VectorSnapshots:
             # Something was removed or changed since: the copy may hold it, so none.
             if now is None or int(now[1]) != vectors.versions[1]:
                 return
+            # A copy read in an older snapshot (a search begun before a write) keeps a newer one.
             conn.execute(
-                f"INSERT OR REPLACE INTO user_vector_snapshots VALUES ({', '.join('?' * 11)})",
+                f"INSERT INTO user_vector_snapshots VALUES ({', '.join('?' * 11)})"
+                f" ON CONFLICT (tenant_id, user_id) DO UPDATE SET {_REPLACED}"
+                " WHERE excluded.appended > user_vector_snapshots.appended"
+                " OR excluded.edited > user_vector_snapshots.edited",
                 (tenant, user, *vectors.versions, *parts),
             )
 
