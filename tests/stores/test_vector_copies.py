@@ -203,11 +203,7 @@ def test_a_copy_is_never_written_over_a_removal_made_since_it_was_read(tmp_path:
     store = _store(path)
     entries = _turns(rng, 50, 0)
     store.put(entries)
-    with store._file.read() as conn:
-        versions = halves.user_versions(conn, "default", "u")
-        vectors = halves.user_vectors(
-            conn, store._vector_cache, DIMENSION, "default", "u", versions
-        )
+    vectors = _held(store)
     store.delete(Filter(user_id="u", ids=(entries[0].record.id,)))
     store._copies.keep("default", "u", vectors)  # read before the delete, written after it
     store.wait_for_vector_copies()
