@@ -6,6 +6,8 @@ finds. A removed memory's vector is never left in a copy."""
 from __future__ import annotations
 
 import random
+import threading
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -279,3 +281,39 @@ def test_a_copy_read_in_an_older_snapshot_never_replaces_a_newer_one(tmp_path: P
     store.wait_for_vector_copies()
     assert [v[0] for v in _copies(path)] == [55]
     store.close()
+
+
+def test_waiting_while_the_store_closes_returns_without_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy being written and one waiting behind it when the store closes: the first is
+    finished, the second dropped, and a wait begun before the close returns quietly."""
+    path = tmp_path / "closing.db"
+    rng = np.random.default_rng(12)
+    store = _store(path)
+    store.put(_turns(rng, 50, 0))
+    vectors = _held(store)
+    store.wait_for_vector_copies()
+    write = store._copies._write
+
+    def slow(tenant: str, user: str, held: UserVectors) -> None:
+        time.sleep(0.4)
+        write(tenant, user, held)
+
+    monkeypatch.setattr(store._copies, "_write", slow)
+    store._copies.keep("default", "u", vectors)
+    store._copies.keep("default", "other", vectors)  # waits behind the first
+    raised: list[BaseException] = []
+
+    def waiting() -> None:
+        try:
+            store.wait_for_vector_copies()
+        except BaseException as exc:  # noqa: BLE001 - the test reports whatever it was
+            raised.append(exc)
+
+    waiter = threading.Thread(target=waiting)
+    waiter.start()
+    time.sleep(0.1)
+    store.close()
+    waiter.join(5)
+    assert not waiter.is_alive() and raised == []
