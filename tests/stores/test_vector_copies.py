@@ -68,12 +68,22 @@ def _held(store: SQLiteStore) -> UserVectors:
         return halves.user_vectors(conn, cache, DIMENSION, "default", "u", versions, store._copies)
 
 
+def _filled(
+    path: Path, seed: int, count: int
+) -> tuple[SQLiteStore, np.random.Generator, list[Entry]]:
+    """A store holding ``count`` turns of user "u", the draws that go on from them, and
+    the turns."""
+    rng = np.random.default_rng(seed)
+    store = _store(path)
+    entries = _turns(rng, count, 0)
+    store.put(entries)
+    return store, rng, entries
+
+
 def _written(path: Path, seed: int, count: int) -> tuple[np.ndarray, dict[str, float]]:
     """A store of ``count`` turns of user "u", searched once and closed once its copy is
     written: the question and what it found."""
-    rng = np.random.default_rng(seed)
-    store = _store(path)
-    store.put(_turns(rng, count, 0))
+    store, rng, _ = _filled(path, seed, count)
     query = _vector(rng)
     expected = _found(store, query)
     store.wait_for_vector_copies()
@@ -201,10 +211,7 @@ def test_random_writes_keep_a_fresh_readers_cosines_exact_and_no_removed_vector_
 
 def test_a_copy_is_never_written_over_a_removal_made_since_it_was_read(tmp_path: Path) -> None:
     path = tmp_path / "late.db"
-    rng = np.random.default_rng(8)
-    store = _store(path)
-    entries = _turns(rng, 50, 0)
-    store.put(entries)
+    store, _, entries = _filled(path, 8, 50)
     vectors = _held(store)
     store.delete(Filter(user_id="u", ids=(entries[0].record.id,)))
     store._copies.keep("default", "u", vectors)  # read before the delete, written after it
@@ -267,9 +274,7 @@ def test_a_copy_keeps_a_big_users_projection_so_a_new_process_fits_none(
 
 def test_a_copy_read_in_an_older_snapshot_never_replaces_a_newer_one(tmp_path: Path) -> None:
     path = tmp_path / "older.db"
-    rng = np.random.default_rng(11)
-    store = _store(path)
-    store.put(_turns(rng, 50, 0))
+    store, rng, _ = _filled(path, 11, 50)
     older = _held(store)
     store.wait_for_vector_copies()  # the copy of the 50, written after they were read
     store.put(_turns(rng, 5, 1))
@@ -289,9 +294,7 @@ def test_waiting_while_the_store_closes_returns_without_error(
     """A copy being written and one waiting behind it when the store closes: the first is
     finished, the second dropped, and a wait begun before the close returns quietly."""
     path = tmp_path / "closing.db"
-    rng = np.random.default_rng(12)
-    store = _store(path)
-    store.put(_turns(rng, 50, 0))
+    store, _, _ = _filled(path, 12, 50)
     vectors = _held(store)
     store.wait_for_vector_copies()
     write = store._copies._write
@@ -308,7 +311,7 @@ def test_waiting_while_the_store_closes_returns_without_error(
     def waiting() -> None:
         try:
             store.wait_for_vector_copies()
-        except BaseException as exc:  # noqa: BLE001 - the test reports whatever it was
+        except BaseException as exc:  # noqa: BLE001  # boundary: the waiter reports it
             raised.append(exc)
 
     waiter = threading.Thread(target=waiting)
