@@ -25,7 +25,7 @@ from chatmem.long_term.inputs import MessageLike, heard_messages, message_items
 from chatmem.long_term.jsonl import OnConflict
 from chatmem.long_term.late import KeepsStates, LateRerank
 from chatmem.long_term.message_records import AddOptions, call_records, expiring
-from chatmem.long_term.session_tails import SessionTails, turn_spoken
+from chatmem.long_term.session_tails import SessionTails, not_told, turn_spoken
 from chatmem.long_term.speakers import Speakers, favoured, name_free_vector
 from chatmem.records import (
     Content,
@@ -140,22 +140,31 @@ class LongTermMemory:
         window = self.context_window
         earlier = self._tails.earlier(owner, heard, access, window) if session_id else []
         records = call_records(heard, options, [turn_spoken(t) for t in earlier], window)
-        stored = self.add_records([expiring(r, expires_at) for r in records])
-        if earlier and stored:
-            self._tails.tell_previous(earlier[-1], heard, window)
+        told = self._tails.told(earlier[-1], heard, window) if earlier and records else []
+        stored = self._stored([expiring(r, expires_at) for r in records], told)
         if session_id and stored:
             self._tails.remember(owner, access, earlier, stored, window)
         return stored
 
     def add_records(self, records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
         """Store fully formed records (embedded here) in one atomic write."""
+        return self._stored(records, [])
+
+    def _stored(
+        self, records: Sequence[MemoryRecord], told: Sequence[Change]
+    ) -> list[MemoryRecord]:
+        """``add_records``, with the word-piece states of the records and ``told`` (the
+        previous turn's new version, ``SessionTails.told``) in the same write."""
         if not records:
             return []
         vectors = self.embedder.embed([textlib.embedding_text(r) for r in records])
         stamped = [r.model_copy(update={"embedding": self._embedding}) for r in records]
-        self.store.put([Entry(r, v) for r, v in zip(stamped, vectors, strict=True)])
+        late = self._late is not None and self.ranking.late_weight > 0
+        states = self._late.blobs(stamped) if late and self._late is not None else None
+        entries = [Entry(r, v) for r, v in zip(stamped, vectors, strict=True)]
+        if not self.store.put_with(entries, states=states, then=told):
+            not_told([c.record for c in told])
         self._speakers.saw(stamped)
-        self.keep_word_states(stamped)
         return stamped
 
     def keep_word_states(self, records: Sequence[MemoryRecord]) -> None:

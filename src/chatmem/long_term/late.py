@@ -62,14 +62,24 @@ class LateRerank:
 
     def stored(self, records: Sequence[MemoryRecord]) -> None:
         """Keep the states of ``records``, just embedded, beside them (in the background)."""
-        held = self._embedder.token_states
+        blobs = self.blobs(records)
         kept: defaultdict[_Owner, dict[str, bytes]] = defaultdict(dict)
+        for record in records:
+            if record.id in blobs:
+                kept[record.tenant_id, record.user_id][record.id] = blobs[record.id]
+        self._keep(kept)
+
+    def blobs(self, records: Sequence[MemoryRecord]) -> dict[str, bytes]:
+        """The states of ``records``, just embedded, as the store keeps them, by id: for a
+        writer that stores them with the records (``MemoryStore.put_with``)."""
+        held = self._embedder.token_states
+        found = {}
         for record in records:
             text = _said(record)
             states = held.get(text)
             if states is not None:  # a summary's memory: its states come with a search
-                kept[record.tenant_id, record.user_id][record.id] = states.to_bytes(text)
-        self._keep(kept)
+                found[record.id] = states.to_bytes(text)
+        return found
 
     def reranked(
         self,

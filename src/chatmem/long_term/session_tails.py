@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from chatmem.caches import LRUCache, MiB
-from chatmem.errors import ConflictError, NotFoundError
 from chatmem.long_term.inputs import InputMessage, context_text
 from chatmem.long_term.message_records import PART_KEY, PART_OF_KEY
 from chatmem.records import Context, Filter, MemoryRecord, utcnow
@@ -162,27 +161,28 @@ class SessionTails:
         latest = [*known, *(tuple(ids) for ids in turns.values())]
         self._tails.put(key, tuple(latest[-window:]))
 
-    def tell_previous(
+    def told(
         self, turn: Sequence[MemoryRecord], heard: Sequence[InputMessage], window: int
-    ) -> None:
-        """Give the stored turn before the call's messages those messages as its ``after``
-        context, unless it has one: a new version, re-indexed, in a write of its own."""
+    ) -> list[Change]:
+        """The changes that give the stored turn before the call's messages those messages
+        as its ``after`` context, where it has none: new versions, re-indexed, written with
+        the messages (``MemoryStore.put_with``)."""
         after = "\n".join(m.spoken() for m in heard[:window])
-        changes = [
+        return [
             Change(_with_after(record, after), None, record.metadata.version, NEXT_TURN_REASON)
             for record in turn
             if record.context is not None and record.context.after is None
         ]
-        if not changes:
-            return
-        try:
-            self.store.update(changes)
-        except (ConflictError, NotFoundError) as exc:
-            # A concurrent writer changed or deleted the turn: the new messages are stored
-            # and keep their own context; only the earlier turn's index misses them.
-            log.info(
-                "the previous turn of session %s kept its context: %s", turn[0].session_id, exc
-            )
+
+
+def not_told(turn: Sequence[MemoryRecord]) -> None:
+    """A concurrent writer changed or deleted the turn ``told`` would have changed: the new
+    messages are stored and keep their own context; only the earlier turn's index misses
+    them."""
+    log.info(
+        "the previous turn of session %s kept its context: it changed or went meanwhile",
+        turn[0].session_id,
+    )
 
 
 def turn_spoken(turn: Sequence[MemoryRecord]) -> str:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from chatmem import checks
-from chatmem.errors import DimensionError, StoreError, ValidationError
+from chatmem.errors import ConflictError, DimensionError, NotFoundError, StoreError, ValidationError
 from chatmem.records import (
     Candidate,
     EmbeddingInfo,
@@ -270,6 +270,35 @@ class MemoryStore(ABC):
     def put(self, entries: Sequence[Entry]) -> None:
         """Insert new records atomically: all of the batch or none of it."""
 
+    def put_with(
+        self,
+        entries: Sequence[Entry],
+        *,
+        states: Mapping[str, bytes] | None = None,
+        then: Sequence[Change] = (),
+    ) -> bool:
+        """``put`` of ``entries``, with the word-piece ``states`` of the new memories (blobs
+        by their ids, as ``put_word_states`` keeps them) and ``then``: changes of records
+        stored before, applied all together, or not at all where one of their records
+        changed or went meanwhile (ConflictError, NotFoundError); whether they were.
+
+        ``LongTermMemory.add`` of a session's turn writes through it: the turn, its states
+        and the previous turn told of it (``session_tails``). Here in up to three writes,
+        only the first of which decides whether the records are stored; a store that can
+        make them one transaction does (SQLite: one commit an add)."""
+        check_then(then)
+        self.put(entries)
+        if states:
+            for scope, owned in _states_by_user(entries, states):
+                self.put_word_states(owned, scope)
+        if not then:
+            return True
+        try:
+            self.update(then)
+        except (ConflictError, NotFoundError):
+            return False
+        return True
+
     @abstractmethod
     def get(self, ids: Sequence[str], scope: Filter) -> list[MemoryRecord]:
         """The records with these ids that match ``scope``, in the order of ``ids``."""
@@ -362,3 +391,22 @@ class MemoryStore(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_then(then: Sequence[Change]) -> None:
+    """Refuse ``put_with``'s ``then`` where it changes one record twice (the second change
+    would conflict with the first, not with another writer)."""
+    ids = [change.record.id for change in then]
+    if len(set(ids)) != len(ids):
+        raise ValidationError("changes one memory twice", field="then")
+
+
+def _states_by_user(
+    entries: Sequence[Entry], states: Mapping[str, bytes]
+) -> list[tuple[Filter, dict[str, bytes]]]:
+    """``states`` of the records of ``entries``, with each user's scope."""
+    owned: dict[tuple[str, str], dict[str, bytes]] = {}
+    for record, _ in entries:
+        if record.id in states:
+            owned.setdefault((record.tenant_id, record.user_id), {})[record.id] = states[record.id]
+    return [(Filter(tenant_id=t, user_id=u), blobs) for (t, u), blobs in owned.items()]

@@ -295,6 +295,18 @@ class CachedStore(MemoryStore):
         finally:
             self._invalidate_records([entry.record for entry in entries])
 
+    def put_with(
+        self,
+        entries: Sequence[Entry],
+        *,
+        states: Mapping[str, bytes] | None = None,
+        then: Sequence[Change] = (),
+    ) -> bool:
+        try:
+            return self.inner.put_with(entries, states=states, then=then)
+        finally:
+            self._invalidate_records([e.record for e in entries] + [c.record for c in then])
+
     def update(self, changes: Sequence[Change]) -> None:
         try:
             self.inner.update(changes)

@@ -31,6 +31,7 @@ from chatmem.stores.base import (
     MemoryStore,
     SearchQuery,
     Usage,
+    check_then,
     read_cursor,
 )
 from chatmem.stores.sql_rows import (
@@ -142,10 +143,45 @@ class SQLiteStore(MemoryStore):
         self._check_batch(entries)
         self._file.write(lambda conn: writes.insert(conn, entries))
 
-    def update(self, changes: Sequence[Change]) -> None:
+    def put_with(
+        self,
+        entries: Sequence[Entry],
+        *,
+        states: Mapping[str, bytes] | None = None,
+        then: Sequence[Change] = (),
+    ) -> bool:
+        """As ``MemoryStore.put_with``, in one transaction: the records, their states and
+        ``then`` are committed together (``then`` left out alone when it no longer
+        applies)."""
+        self._check_batch(entries)
+        self._check_changes(then)
+        check_then(then)
+        kept = states or {}
+
+        def work(conn: sqlite3.Connection) -> bool:
+            # The earlier rows first: the keyword index's pending rows then stay in rowid
+            # order, one segment the commit (a lower rowid after a higher flushes them).
+            told = not then or writes.apply_all_or_none(conn, then)
+            rowids = writes.insert(conn, entries)
+            conn.executemany(
+                "INSERT OR REPLACE INTO memory_word_states VALUES (?, ?)",
+                [
+                    (rowid, kept[entry.record.id])
+                    for entry, rowid in zip(entries, rowids, strict=True)
+                    if entry.record.id in kept
+                ],
+            )
+            return told
+
+        return self._file.write(work)
+
+    def _check_changes(self, changes: Sequence[Change]) -> None:
         for change in changes:
             if change.vector is not None:
                 self._check_vector(change.vector)
+
+    def update(self, changes: Sequence[Change]) -> None:
+        self._check_changes(changes)
 
         def apply(conn: sqlite3.Connection) -> None:
             for change in changes:

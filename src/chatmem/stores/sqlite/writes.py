@@ -50,14 +50,35 @@ def _bump(conn: sqlite3.Connection, record: MemoryRecord, counter: str) -> int:
     return int(row[0])
 
 
-def insert(conn: sqlite3.Connection, entries: Sequence[Entry]) -> None:
+def insert(conn: sqlite3.Connection, entries: Sequence[Entry]) -> list[int]:
     """Add new records (a taken id fails the whole batch: the caller's transaction rolls
-    back on the error)."""
+    back on the error); their rowids."""
+    rowids = []
     for record, vector in entries:
         body = record.model_dump_json()
         rowid = _insert_row(conn, record, body, vector)
         _index_text(conn, rowid, record)
         _add_history(conn, record, HistoryEvent.ADD, None, body, None)
+        rowids.append(rowid)
+    return rowids
+
+
+def apply_all_or_none(conn: sqlite3.Connection, changes: Sequence[Change]) -> bool:
+    """``apply_change`` of each of ``changes``, or of none where one's record changed or
+    went (within the caller's transaction); whether they were applied. The versions are
+    read first, not undone after: a savepoint would flush the keyword index's pending
+    rows, a segment more each add."""
+    for change in changes:
+        new = change.record
+        row = conn.execute(
+            "SELECT version FROM memories WHERE id = ? AND tenant_id = ? AND user_id = ?",
+            (new.id, new.tenant_id, new.user_id),
+        ).fetchone()
+        if row is None or row[0] != change.expected_version:
+            return False
+    for change in changes:
+        apply_change(conn, change)
+    return True
 
 
 def _insert_row(conn: sqlite3.Connection, record: MemoryRecord, body: str, vector: Vector) -> int:
