@@ -47,6 +47,7 @@ change (docs/benchmarks.md, "Now: the latest of what was found first").
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -343,10 +344,24 @@ def asks_when(query: str) -> bool:
     return ASKS_TIME.search(query) is not None
 
 
+#: How many memories' starts ``says_when`` remembers the answer for (at most
+#: ``TIME_CHARS`` characters each: about 2.5 MB when all are full).
+SAYS_WHEN_KEPT = 4096
+
+
 def says_when(text: str) -> bool:
     """Whether the first ``TIME_CHARS`` of ``text`` place something in time
     (``SAYS_TIME``; English)."""
-    return SAYS_TIME.search(text[:TIME_CHARS].lower()) is not None
+    return _start_says_when(text[:TIME_CHARS])
+
+
+@functools.lru_cache(maxsize=SAYS_WHEN_KEPT)
+def _start_says_when(start: str) -> bool:
+    """``says_when`` of a text's start, remembered: the match took 22 us a memory of 1-3K
+    characters (1.1 ms a k = 50 search that asks when), and a search reads the same heads
+    again and again (a head's text, held by the head cache, is one string whose hash Python
+    keeps: a lookup is a fraction of a microsecond)."""
+    return SAYS_TIME.search(start.lower()) is not None
 
 
 #: Only a memory's last characters are read by ``ends_asking``: how a text ends is in them,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from chatmem import LongTermMemory, RankingConfig, ValidationError
+from chatmem import LongTermMemory, RankingConfig, ValidationError, ranking
 from chatmem.embeddings import LocalEmbedder
-from chatmem.ranking import SPEAKER_READ, Scored, asks_when, favour, says_when
+from chatmem.ranking import SAYS_WHEN_KEPT, SPEAKER_READ, Scored, asks_when, favour, says_when
 from chatmem.stores.sqlite import SQLiteStore
 from tests.retrieval.conftest import CountingStore, store_chat
 
@@ -57,6 +57,19 @@ def test_the_questions_that_ask_about_time(query: str, asks: bool) -> None:
 )
 def test_the_memories_that_say_when(text: str, says: bool) -> None:
     assert says_when(text) is says
+
+
+def test_what_says_when_is_remembered_within_its_bound_and_answered_alike() -> None:
+    """A search reads the same memories' starts again and again: their answers are kept,
+    for at most ``SAYS_WHEN_KEPT`` starts."""
+    said = [f"Note {i}: we met last night." for i in range(SAYS_WHEN_KEPT + 50)]
+    silent = [f"Note {i}: we met." for i in range(50)]
+    assert all(says_when(t) for t in said) and not any(says_when(t) for t in silent)
+    kept = ranking._start_says_when.cache_info()
+    assert kept.maxsize == SAYS_WHEN_KEPT and kept.currsize == SAYS_WHEN_KEPT
+    # Asked again, the latest remembered and the first long forgotten, the same answers.
+    assert not any(says_when(t) for t in silent) and all(says_when(t) for t in said[:50])
+    assert ranking._start_says_when.cache_info().hits == kept.hits + len(silent)
 
 
 def test_favour_adds_each_memorys_extra_and_keeps_the_order_of_ties() -> None:

@@ -127,7 +127,7 @@ def late_scores(query: States, texts: Sequence[States]) -> npt.NDArray[np.float3
     if not texts:
         return np.empty(0, dtype=np.float32)
     starts = np.cumsum([0] + [len(t.rows) for t in texts[:-1]])
-    rows = np.concatenate([t.rows for t in texts]).astype(np.float32)
+    rows = np.concatenate([t.rows for t in texts], dtype=np.float32)  # no int8 copy first
     scales = np.concatenate([t.scales for t in texts])
     # Every text's rows against the query's, each row's scale after: with the many text
     # rows first, BLAS runs this 1.4x faster than the query's rows first (0.24 against
