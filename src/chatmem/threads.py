@@ -42,6 +42,11 @@ class Prefetched(Generic[T]):
         if self._future is None and not self._done:
             self._future = self._pool().submit(self._compute)
 
+    def ready(self) -> bool:
+        """Whether asking for it now would not wait (computed, or never started: then the
+        caller computes it)."""
+        return self._done or self._future is None or self._future.done()
+
     def __call__(self) -> T:
         if not self._done:
             value = self._compute() if self._future is None else self._future.result()

@@ -303,9 +303,9 @@ class LongTermMemory:
         peek = read
         if k < ranking.SPEAKER_READ:
             peek = remembering(partial(self.store.heads, scope=scope), {}, lambda head: head)
-        ranked, current_only = self._ranked(
-            query, scope, k, threshold, include_superseded, peek, late=late, light=light
-        )
+        found = self._ranked(query, scope, k, threshold, include_superseded, peek, late=late,
+                             light=light, ahead=records)  # fmt: skip
+        ranked, current_only = found
         chosen = self._chosen(ranked, scope, k, current_only, read)
         return [
             SearchResult(
@@ -393,11 +393,14 @@ class LongTermMemory:
         *,
         late: bool,
         light: bool = False,
+        ahead: dict[str, MemoryRecord] | None = None,
     ) -> tuple[list[ranking.Scored], bool]:
         """The store's candidates for ``query`` within ``scope`` (a user's), fused and
         favoured (``read`` gives the heads favouring reads), best first, the late rerank's
         moves in them when ``late`` and not ``light``; and whether only current facts count
-        (see ``search``)."""
+        (see ``search``); into ``ahead`` the store may read the keyword half's best k
+        records as it waits for the vector, where k is at least ``SPEAKER_READ`` (the
+        search reads its head whole then) and not ``light``."""
         tenant_id, user_id = scope.tenant_id, scope.require_user()
         # Who the query names: capitalised words, and known speakers' names in any case.
         speakers = self._speakers.named(tenant_id, user_id, query)
@@ -413,6 +416,9 @@ class LongTermMemory:
                 candidates=max(self.ranking.candidates, 2 * k),
                 embed=embedding,
                 prefetch=embedding.start,
+                ready=embedding.ready,
+                read_ahead=0 if light or ahead is None or k < ranking.SPEAKER_READ else k,
+                ahead=ahead,
             )
         )
         current_only = not include_superseded and scope.valid_at is None and scope.known_at is None

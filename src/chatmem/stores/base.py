@@ -52,6 +52,11 @@ class SearchQuery:
     starts ``embed`` in a thread of its own: a store calls it (``start_embedding``) before
     work that leaves the interpreter lock free, so the two overlap (SQLite's full-text
     search); before work in Python it does not, since a thread would only compete with it.
+
+    ``ahead``, where the caller gives one, is filled by a store that has to wait for the
+    vector anyway: the records (within ``filter``, as ``get`` reads them) of up to
+    ``read_ahead`` of the keyword half's best, by id, parsed meanwhile; ``ready`` says
+    whether the vector would still be waited for.
     """
 
     filter: Filter
@@ -60,6 +65,13 @@ class SearchQuery:
     candidates: int = 50
     embed: Callable[[], Vector] | None = field(default=None, compare=False, repr=False)
     prefetch: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+    ready: Callable[[], bool] | None = field(default=None, compare=False, repr=False)
+    read_ahead: int = 0
+    ahead: dict[str, MemoryRecord] | None = field(default=None, compare=False, repr=False)
+
+    def waits_for_vector(self) -> bool:
+        """Whether the vector is still being computed elsewhere (``ready`` says not yet)."""
+        return self.vector is None and self.ready is not None and not self.ready()
 
     def start_embedding(self) -> None:
         """Start computing the vector in the caller's thread for it (``prefetch``), where

@@ -363,6 +363,8 @@ class SQLiteStore(MemoryStore):
         allowed = admitted(conn, query.filter, self._field_cache, versions)
         hits = self._keyword_half(conn, query, user, versions, allowed) if query.text else None
         keyword = dict(hits.best) if hits is not None else {}
+        if hits is not None and query.read_ahead > 0 and query.waits_for_vector():
+            self._read_ahead(conn, query, [rowid for rowid, _ in hits.best[: query.read_ahead]])
         # Asked for only now: where the keyword half was FTS5's, it ran meanwhile.
         vector = query.query_vector()
         cosine: dict[int, float] = {}
@@ -383,6 +385,24 @@ class SQLiteStore(MemoryStore):
             if hits is not None:  # a vector find the keyword half matched further down
                 keyword.update(hits.of(cosine.keys() - keyword.keys()))
         return cosine, keyword, vectors
+
+    @staticmethod
+    def _read_ahead(
+        conn: sqlite3.Connection, query: SearchQuery, rowids: builtins.list[int]
+    ) -> None:
+        """Parse into ``query.ahead`` the records of ``rowids`` within the query's filter (the
+        conditions ``get`` reads by), while the query vector is computed in its thread."""
+        if query.ahead is None or not rowids:
+            return
+        conditions, params = where(query.filter)
+        rows = conn.execute(
+            f"SELECT m.body FROM memories AS m WHERE m.rowid IN ({', '.join('?' * len(rowids))})"
+            f" AND {conditions}",
+            [*rowids, *params],
+        ).fetchall()
+        for (body,) in rows:
+            record = record_of(body)
+            query.ahead[record.id] = record
 
     def _keyword_half(
         self,
