@@ -159,8 +159,7 @@ class LongTermMemory:
             return []
         vectors = self.embedder.embed([textlib.embedding_text(r) for r in records])
         stamped = [r.model_copy(update={"embedding": self._embedding}) for r in records]
-        late = self._late is not None and self.ranking.late_weight > 0
-        states = self._late.blobs(stamped) if late and self._late is not None else None
+        states = self._late.blobs(stamped) if self._late is not None and self.reranks_late else None
         entries = [Entry(r, v) for r, v in zip(stamped, vectors, strict=True)]
         if not self.store.put_with(entries, states=states, then=told):
             not_told([c.record for c in told])

@@ -159,8 +159,8 @@ class SQLiteStore(MemoryStore):
         kept = states or {}
 
         def work(conn: sqlite3.Connection) -> bool:
-            # The earlier rows first: the keyword index's pending rows then stay in rowid
-            # order, one segment the commit (a lower rowid after a higher flushes them).
+            # The earlier rows first: FTS5 flushes its pending rows when a lower rowid comes
+            # after a higher (in a trace of a bare FTS5 table, 3 segment writes against 5).
             told = not then or writes.apply_all_or_none(conn, then)
             rowids = writes.insert(conn, entries)
             conn.executemany(
