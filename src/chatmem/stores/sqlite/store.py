@@ -163,8 +163,8 @@ class SQLiteStore(MemoryStore):
             # after a higher (in a trace of a bare FTS5 table, 3 segment writes against 5).
             told = not then or writes.apply_all_or_none(conn, then)
             rowids = writes.insert(conn, entries)
-            conn.executemany(
-                "INSERT OR REPLACE INTO memory_word_states VALUES (?, ?)",
+            writes.keep_states(
+                conn,
                 [
                     (rowid, kept[entry.record.id])
                     for entry, rowid in zip(entries, rowids, strict=True)
@@ -291,10 +291,7 @@ class SQLiteStore(MemoryStore):
             rowids = conn.execute(
                 f"SELECT m.id, m.rowid FROM memories AS m WHERE {conditions}", params
             ).fetchall()
-            conn.executemany(
-                "INSERT OR REPLACE INTO memory_word_states VALUES (?, ?)",
-                [(rowid, states[memory_id]) for memory_id, rowid in rowids],
-            )
+            writes.keep_states(conn, [(rowid, states[memory_id]) for memory_id, rowid in rowids])
 
         self._file.write(keep)
 

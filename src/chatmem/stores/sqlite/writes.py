@@ -63,6 +63,11 @@ def insert(conn: sqlite3.Connection, entries: Sequence[Entry]) -> list[int]:
     return rowids
 
 
+def keep_states(conn: sqlite3.Connection, states: Sequence[tuple[int, bytes]]) -> None:
+    """Write ``(rowid, blob)`` word-piece states, in place of any kept for those rows."""
+    conn.executemany("INSERT OR REPLACE INTO memory_word_states VALUES (?, ?)", states)
+
+
 def apply_all_or_none(conn: sqlite3.Connection, changes: Sequence[Change]) -> bool:
     """``apply_change`` of each of ``changes``, or of none where one's record changed or
     went (within the caller's transaction); whether they were applied. The versions are
