@@ -202,9 +202,11 @@ Said = tuple[str | None, frozenset[str]]
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 
 
+@functools.lru_cache(maxsize=2048)
 def said(speaker: str | None, text: str) -> Said:
     """The speaker and the set of words (lower-cased, punctuation and order aside) of a
-    memory."""
+    memory (remembered: the memories a user's searches return come back again and again;
+    only those of at most ``REPEAT_CHARS`` are asked for)."""
     return speaker, frozenset(_WORD.findall(text.lower().replace("’", "'")))
 
 
@@ -284,8 +286,19 @@ def said_by(speaker: str | None, names: frozenset[str]) -> bool:
     "Mary Ann Lee")."""
     if not speaker or not names:
         return False
-    lowered = {n.lower() for n in names}
-    return any(w.lower() in lowered for w in NAME_WORD.findall(speaker))
+    return not _lowered(names).isdisjoint(speaker_words(speaker))
+
+
+@functools.lru_cache(maxsize=4096)
+def speaker_words(speaker: str) -> frozenset[str]:
+    """The words of a speaker's name, lower-cased (remembered: a search asks for each of
+    its first 50 memories, and a user has few speakers)."""
+    return frozenset(w.lower() for w in NAME_WORD.findall(speaker))
+
+
+@functools.lru_cache(maxsize=256)
+def _lowered(names: frozenset[str]) -> frozenset[str]:
+    return frozenset(n.lower() for n in names)
 
 
 def favour_named(
@@ -307,8 +320,11 @@ def favour(head: list[Scored], extra: Mapping[str, float]) -> list[Scored]:
     ordered = []
     for place, s in enumerate(head):
         total = s.score + extra.get(s.id, 0.0)
-        ordered.append((-total, place, s._replace(score=min(max(total, 0.0), 1.0))))
-    ordered.sort(key=lambda t: (t[0], t[1]))
+        clipped = min(max(total, 0.0), 1.0)
+        if clipped != s.score:  # built anew only where the score moves (``_replace`` costs 3x)
+            s = Scored(s.id, clipped, s.vector_score, s.keyword_score)
+        ordered.append((-total, place, s))
+    ordered.sort()  # places differ: the memories themselves are never compared
     return [t[2] for t in ordered]
 
 

@@ -16,6 +16,7 @@ process added them) only means the first searches embed the query as asked.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import threading
@@ -86,7 +87,7 @@ class Speakers:
         known = self._names.get((tenant_id, user_id))
         if not known:
             return []
-        words = {w.lower() for speaker in known for w in NAME_WORD.findall(speaker)}
+        words = _name_words(known)
         found: list[str] = []
         for n, word in enumerate(name_words(query)):
             if word.lower() not in words or word in found:
@@ -95,6 +96,13 @@ class Speakers:
                 continue
             found.append(word)
         return found
+
+
+@functools.lru_cache(maxsize=256)
+def _name_words(speakers: frozenset[str]) -> frozenset[str]:
+    """Every word of the names of ``speakers``, lower-cased (a user's known speakers, the
+    same set search after search)."""
+    return frozenset().union(*map(ranking.speaker_words, speakers))
 
 
 def without(query: str, words: Iterable[str]) -> str:
