@@ -1,15 +1,19 @@
 """The ids of each session's latest turns that ``add`` keeps (``SessionTails``) are counted in
 bytes as ``caches.size_of`` counts them, by a function that does not walk the objects
-generically on every add."""
+generically on every add; and a session's earlier turns not kept are read from the store,
+once for a session that has none."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from chatmem import LocalEmbedder, LongTermMemory
 from chatmem.caches import ENTRY_OVERHEAD, size_of
-from chatmem.long_term.session_tails import _tail_size
+from chatmem.long_term.session_tails import SESSION_LOOKBACK, _tail_size
 from chatmem.stores import SQLiteStore
+from chatmem.stores.base import Page
 
 
 def test_a_tails_size_is_what_size_of_counts() -> None:
@@ -32,3 +36,49 @@ def test_the_kept_tails_bytes_after_live_adds(tmp_path: Path, embedder: LocalEmb
         tail = kept.get(key)
         assert tail is not None and len(tail) == 1
         assert kept.bytes == size_of(key) + size_of(tail) + ENTRY_OVERHEAD
+
+
+class _CountingStore(SQLiteStore):
+    """A real SQLite store that counts the ``list`` reads made of it."""
+
+    lists = 0
+
+    def list(self, *args: Any, **kwargs: Any) -> Page:  # type: ignore[override]
+        self.lists += 1
+        return super().list(*args, **kwargs)
+
+
+def test_a_new_sessions_first_message_reads_the_store_once(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    store = _CountingStore(tmp_path / "m.db")
+    with LongTermMemory(store, embedder) as memory:
+        (first,) = memory.add(
+            {"role": "user", "content": "I moved to Lisbon"}, user_id="ana", session_id="s1"
+        )
+        assert store.lists == 1
+        assert first.context is not None and first.context.before is None
+
+
+def test_a_session_found_again_in_the_store_gives_its_context(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    # A new process remembers no tail: the earlier turn is found by reading the session's
+    # spans, the first narrow ones empty, here three hours back.
+    start = datetime(2024, 5, 8, 9, 0, tzinfo=UTC)
+    path = tmp_path / "m.db"
+    with LongTermMemory(SQLiteStore(path), embedder) as memory:
+        memory.add(
+            {"role": "user", "name": "Ana", "content": "I moved to Lisbon", "timestamp": start},
+            user_id="ana",
+            session_id="s1",
+        )
+    store = _CountingStore(path)
+    with LongTermMemory(store, embedder) as memory:
+        (reply,) = memory.add(
+            {"role": "assistant", "content": "How is it?", "timestamp": start + timedelta(hours=3)},
+            user_id="ana",
+            session_id="s1",
+        )
+        assert reply.context is not None and reply.context.before == "Ana: I moved to Lisbon"
+        assert store.lists == 1 + SESSION_LOOKBACK.index(timedelta(days=1)) + 1

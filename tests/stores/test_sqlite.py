@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import sqlite3
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -213,6 +214,40 @@ def test_a_store_from_before_the_keyword_shards_is_migrated_in_place(tmp_path: P
         assert len(_search_ids(migrated, user, "trip budget dog sister", vector)) == 3
     migrated.close()
     new_store.close()
+
+
+def test_a_sessions_span_is_read_by_the_session_index(tmp_path: Path) -> None:
+    """``add`` reads a session's latest turns in a span of time (``SessionTails``): by the
+    session's own index, never by every row of the user in the span; and it finds what
+    the span holds."""
+    store = SQLiteStore(tmp_path / "m.db")
+    store.bind_embedding(EMBEDDING)
+    rng = np.random.default_rng(5)
+    records = [
+        MemoryRecord(user_id="alice", session_id=f"s{i % 3}", content={"raw": f"turn {i}"})
+        for i in range(30)
+    ]
+    store.put([Entry(r, rng.random(4, dtype=np.float32)) for r in records])
+    when = records[0].time.created_at
+    span = Filter(
+        user_id="alice",
+        session_id="s1",
+        created_after=when - timedelta(days=7),
+        created_before=when + timedelta(days=1),
+    )
+    assert [r.id for r in store.list(span, limit=100).records] == [
+        r.id for r in records if r.session_id == "s1"
+    ]
+    where, params = _where(span)
+    conn = sqlite3.connect(tmp_path / "m.db")
+    plan = conn.execute(
+        f"EXPLAIN QUERY PLAN SELECT m.body FROM memories AS m WHERE {where}"
+        " ORDER BY m.created_at, m.rowid LIMIT 65",
+        params,
+    ).fetchall()
+    conn.close()
+    assert any("memories_by_session" in str(step) for step in plan), plan
+    store.close()
 
 
 @pytest.mark.parametrize("key", sorted(INDEXED_METADATA))

@@ -81,11 +81,18 @@ class SessionTails:
         remembered = self._remembered(_tail_key(owner, access), scope, until, roles)
         if remembered is not None:
             return remembered
-        for span in SESSION_LOOKBACK:
-            between = scope.model_copy(
+
+        def back(span: timedelta) -> Filter:
+            return scope.model_copy(
                 update={"created_after": moment - span, "created_before": until}
             )
-            turns = self._latest(between, roles, window)
+
+        # A session's first message (the first add of every new session) finds nothing in
+        # any span: one read of a single memory says so, where the widening took five.
+        if not self.store.list(back(SESSION_LOOKBACK[-1]), 1).records:
+            return []
+        for span in SESSION_LOOKBACK:
+            turns = self._latest(back(span), roles, window)
             if turns:
                 return turns
         return []

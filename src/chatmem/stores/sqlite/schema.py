@@ -174,6 +174,13 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (tenant_id, user_id)
     );
     """,
+    # A session's latest turns, which ``add`` reads for a session's new message that no
+    # kept tail answers (a new session's first message, a new process): by the user index
+    # that read went through every row of the user in the span, the other sessions' too.
+    """
+    CREATE INDEX memories_by_session ON memories (tenant_id, user_id, session_id, created_at, rowid)
+        WHERE session_id IS NOT NULL;
+    """,
 )
 #: user_metadata keys with an index (migration 3); a filter on one of them is written with
 #: the index's own expression, so SQLite can use it.
