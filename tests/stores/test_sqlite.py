@@ -238,16 +238,23 @@ def test_a_sessions_span_is_read_by_the_session_index(tmp_path: Path) -> None:
     assert [r.id for r in store.list(span, limit=100).records] == [
         r.id for r in records if r.session_id == "s1"
     ]
-    where, params = _where(span)
-    conn = sqlite3.connect(tmp_path / "m.db")
-    plan = conn.execute(
-        f"EXPLAIN QUERY PLAN SELECT m.body FROM memories AS m WHERE {where}"
-        " ORDER BY m.created_at, m.rowid LIMIT 65",
-        params,
-    ).fetchall()
-    conn.close()
+    plan = _list_plan(tmp_path / "m.db", span)
     assert any("memories_by_session" in str(step) for step in plan), plan
     store.close()
+
+
+def _list_plan(path: Path, scope: Filter) -> list[tuple[object, ...]]:
+    """SQLite's plan for a page of ``list`` within ``scope``."""
+    where, params = _where(scope)
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(
+            f"EXPLAIN QUERY PLAN SELECT m.body FROM memories AS m WHERE {where}"
+            " ORDER BY m.created_at, m.rowid LIMIT 65",
+            params,
+        ).fetchall()
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize("key", sorted(INDEXED_METADATA))
@@ -275,13 +282,6 @@ def test_the_write_policys_metadata_lookups_use_their_index(tmp_path: Path, key:
     found = [r.id for r in first.records + rest.records]
     assert found == [r.id for r in store.list(plain, limit=100).records]
     assert found == [r.id for r in records if r.user_metadata[key] == "v1"]
-    where, params = _where(indexed)
-    conn = sqlite3.connect(tmp_path / "m.db")
-    plan = conn.execute(
-        f"EXPLAIN QUERY PLAN SELECT m.body FROM memories AS m WHERE {where}"
-        " ORDER BY m.created_at, m.rowid LIMIT 5",
-        params,
-    ).fetchall()
-    conn.close()
+    plan = _list_plan(tmp_path / "m.db", indexed)
     assert any(f"memories_by_{key}" in str(step) for step in plan), plan
     store.close()
