@@ -202,7 +202,7 @@ Said = tuple[str | None, frozenset[str]]
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 
 
-@functools.lru_cache(maxsize=2048)
+@functools.lru_cache(maxsize=512)
 def said(speaker: str | None, text: str) -> Said:
     """The speaker and the set of words (lower-cased, punctuation and order aside) of a
     memory (remembered: the memories a user's searches return come back again and again;

@@ -82,3 +82,40 @@ def test_a_session_found_again_in_the_store_gives_its_context(
         )
         assert reply.context is not None and reply.context.before == "Ana: I moved to Lisbon"
         assert store.lists == 1 + SESSION_LOOKBACK.index(timedelta(days=1)) + 1
+
+
+class _RacedStore(SQLiteStore):
+    """A real SQLite store whose first one-memory page comes back empty with a cursor, as a
+    Milvus or Qdrant page does when the memory it picked is deleted or expires before its
+    body is read."""
+
+    raced = False
+
+    def list(self, scope: Any, limit: int = 100, cursor: str | None = None) -> Page:  # type: ignore[override]
+        page = super().list(scope, limit, cursor)
+        if limit == 1 and not self.raced and page.records:
+            self.raced = True
+            return Page([], page.next_cursor or "more")
+        return page
+
+
+def test_an_empty_page_with_more_to_come_is_not_taken_for_an_empty_session(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    start = datetime(2024, 5, 8, 9, 0, tzinfo=UTC)
+    path = tmp_path / "m.db"
+    with LongTermMemory(SQLiteStore(path), embedder) as memory:
+        memory.add(
+            {"role": "user", "name": "Ana", "content": "I moved to Lisbon", "timestamp": start},
+            user_id="ana",
+            session_id="s1",
+        )
+    store = _RacedStore(path)
+    with LongTermMemory(store, embedder) as memory:
+        (reply,) = memory.add(
+            {"role": "assistant", "content": "How is it?", "timestamp": start + timedelta(hours=3)},
+            user_id="ana",
+            session_id="s1",
+        )
+    assert store.raced
+    assert reply.context is not None and reply.context.before == "Ana: I moved to Lisbon"

@@ -23,8 +23,9 @@ log = logging.getLogger("chatmem.long_term")
 #: How far back from a session's new message ``add`` looks for the session's earlier turns,
 #: widening in these steps until it finds one: the same moment (a whole session sent with
 #: one time), then a minute, an hour, a day, a week. A turn further from its session's
-#: previous turn gets no context from it. Each step is one read of the user's memories in
-#: that span, by the (tenant, user, created_at) index.
+#: previous turn gets no context from it. Each step is one read of the session's memories
+#: in that span (SQLite: by the session index, ``memories_by_session``); one read of a single
+#: memory of the widest span first tells a session that has none (a new one) at once.
 SESSION_LOOKBACK = (
     timedelta(0),
     timedelta(minutes=1),
@@ -89,7 +90,8 @@ class SessionTails:
 
         # A session's first message (the first add of every new session) finds nothing in
         # any span: one read of a single memory says so, where the widening took five.
-        if not self.store.list(back(SESSION_LOOKBACK[-1]), 1).records:
+        probe = self.store.list(back(max(SESSION_LOOKBACK)), 1)
+        if not probe.records and probe.next_cursor is None:  # a page may come back empty
             return []
         for span in SESSION_LOOKBACK:
             turns = self._latest(back(span), roles, window)

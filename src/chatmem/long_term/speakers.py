@@ -16,7 +16,6 @@ process added them) only means the first searches embed the query as asked.
 
 from __future__ import annotations
 
-import functools
 import re
 import sys
 import threading
@@ -87,7 +86,10 @@ class Speakers:
         known = self._names.get((tenant_id, user_id))
         if not known:
             return []
-        words = _name_words(known)
+        # Each speaker's words are remembered (``ranking.speaker_words``), not the user's
+        # whole set: a set remembered whole for each speaker added would outgrow the
+        # book's own budget.
+        words = frozenset().union(*map(ranking.speaker_words, known))
         found: list[str] = []
         for n, word in enumerate(name_words(query)):
             if word.lower() not in words or word in found:
@@ -96,13 +98,6 @@ class Speakers:
                 continue
             found.append(word)
         return found
-
-
-@functools.lru_cache(maxsize=256)
-def _name_words(speakers: frozenset[str]) -> frozenset[str]:
-    """Every word of the names of ``speakers``, lower-cased (a user's known speakers, the
-    same set search after search)."""
-    return frozenset().union(*map(ranking.speaker_words, speakers))
 
 
 def without(query: str, words: Iterable[str]) -> str:
