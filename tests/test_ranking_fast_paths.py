@@ -48,6 +48,7 @@ def test_said_by_answers_as_matching_every_word_every_time(
     # Asked twice: the second answer comes from what was remembered.
     assert ranking.said_by(speaker, names) == plain_said_by(speaker, names)
     assert ranking.said_by(speaker, names) == plain_said_by(speaker, names)
+    assert ranking.said_by(speaker, set(names)) == plain_said_by(speaker, names)  # type: ignore[arg-type]
 
 
 SCORES = st.floats(min_value=-0.5, max_value=1.5, allow_nan=False)

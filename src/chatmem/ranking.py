@@ -286,7 +286,8 @@ def said_by(speaker: str | None, names: frozenset[str]) -> bool:
     "Mary Ann Lee")."""
     if not speaker or not names:
         return False
-    return not _lowered(names).isdisjoint(speaker_words(speaker))
+    held = names if isinstance(names, frozenset) else frozenset(names)  # a set can't be a key
+    return not _lowered(held).isdisjoint(speaker_words(speaker))
 
 
 @functools.lru_cache(maxsize=4096)
