@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from chatmem import LocalEmbedder, LongTermMemory
 from chatmem.caches import ENTRY_OVERHEAD, size_of
 from chatmem.long_term.session_tails import SESSION_LOOKBACK, _tail_size
+from chatmem.records import MemoryRecord, Page
 from chatmem.stores import SQLiteStore
-from chatmem.stores.base import Page
+
+S = TypeVar("S", bound=SQLiteStore)
 
 
 def test_a_tails_size_is_what_size_of_counts() -> None:
@@ -43,7 +45,7 @@ class _CountingStore(SQLiteStore):
 
     lists = 0
 
-    def list(self, *args: Any, **kwargs: Any) -> Page:  # type: ignore[override]
+    def list(self, *args: Any, **kwargs: Any) -> Page:
         self.lists += 1
         return super().list(*args, **kwargs)
 
@@ -60,28 +62,35 @@ def test_a_new_sessions_first_message_reads_the_store_once(
         assert first.context is not None and first.context.before is None
 
 
-def test_a_session_found_again_in_the_store_gives_its_context(
-    tmp_path: Path, embedder: LocalEmbedder
-) -> None:
-    # A new process remembers no tail: the earlier turn is found by reading the session's
-    # spans, the first narrow ones empty, here three hours back.
+def _reply_in_a_new_process(
+    path: Path, embedder: LocalEmbedder, store_type: type[S]
+) -> tuple[MemoryRecord, S]:
+    """A session's turn written in one process, then its reply three hours later through a
+    new ``store_type`` on the same file (a new process: no tail is remembered, the earlier
+    turn is found by reading the session's spans, the first narrow ones empty)."""
     start = datetime(2024, 5, 8, 9, 0, tzinfo=UTC)
-    path = tmp_path / "m.db"
     with LongTermMemory(SQLiteStore(path), embedder) as memory:
         memory.add(
             {"role": "user", "name": "Ana", "content": "I moved to Lisbon", "timestamp": start},
             user_id="ana",
             session_id="s1",
         )
-    store = _CountingStore(path)
+    store = store_type(path)
     with LongTermMemory(store, embedder) as memory:
         (reply,) = memory.add(
             {"role": "assistant", "content": "How is it?", "timestamp": start + timedelta(hours=3)},
             user_id="ana",
             session_id="s1",
         )
-        assert reply.context is not None and reply.context.before == "Ana: I moved to Lisbon"
-        assert store.lists == 1 + SESSION_LOOKBACK.index(timedelta(days=1)) + 1
+    return reply, store
+
+
+def test_a_session_found_again_in_the_store_gives_its_context(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    reply, store = _reply_in_a_new_process(tmp_path / "m.db", embedder, _CountingStore)
+    assert reply.context is not None and reply.context.before == "Ana: I moved to Lisbon"
+    assert store.lists == 1 + SESSION_LOOKBACK.index(timedelta(days=1)) + 1
 
 
 class _RacedStore(SQLiteStore):
@@ -91,7 +100,7 @@ class _RacedStore(SQLiteStore):
 
     raced = False
 
-    def list(self, scope: Any, limit: int = 100, cursor: str | None = None) -> Page:  # type: ignore[override]
+    def list(self, scope: Any, limit: int = 100, cursor: str | None = None) -> Page:
         page = super().list(scope, limit, cursor)
         if limit == 1 and not self.raced and page.records:
             self.raced = True
@@ -102,20 +111,6 @@ class _RacedStore(SQLiteStore):
 def test_an_empty_page_with_more_to_come_is_not_taken_for_an_empty_session(
     tmp_path: Path, embedder: LocalEmbedder
 ) -> None:
-    start = datetime(2024, 5, 8, 9, 0, tzinfo=UTC)
-    path = tmp_path / "m.db"
-    with LongTermMemory(SQLiteStore(path), embedder) as memory:
-        memory.add(
-            {"role": "user", "name": "Ana", "content": "I moved to Lisbon", "timestamp": start},
-            user_id="ana",
-            session_id="s1",
-        )
-    store = _RacedStore(path)
-    with LongTermMemory(store, embedder) as memory:
-        (reply,) = memory.add(
-            {"role": "assistant", "content": "How is it?", "timestamp": start + timedelta(hours=3)},
-            user_id="ana",
-            session_id="s1",
-        )
+    reply, store = _reply_in_a_new_process(tmp_path / "m.db", embedder, _RacedStore)
     assert store.raced
     assert reply.context is not None and reply.context.before == "Ana: I moved to Lisbon"
