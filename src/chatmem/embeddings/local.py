@@ -28,6 +28,12 @@ DIMENSION = 384
 MAX_TOKENS = 256
 BATCH_SIZE = 32
 _PROVIDERS = ["CPUExecutionProvider"]
+#: onnxruntime's fusions left out of every session. Its CPU kernel of
+#: ``SkipLayerNormalization`` (the residual add and the layer norm in one node, fused at
+#: load) took 49 us for 25 x 384 values where the add and the plain ``LayerNormalization``
+#: take 11, on a 2-core AMD EPYC with onnxruntime 1.32: MiniLM has 12 of them, about 0.5 ms
+#: of a 3.5 ms memory embedding (docs/benchmarks.md, "Layer norms unfused").
+DISABLED_FUSIONS = ["SkipLayerNormFusion"]
 
 logger = logging.getLogger("chatmem.embeddings")
 
@@ -194,9 +200,7 @@ class LocalEmbedder:
 
     def _load(self) -> tuple[ort.InferenceSession, Tokenizer, set[str]]:
         try:
-            session = ort.InferenceSession(
-                str(self._source()), sess_options=self._options(), providers=_PROVIDERS
-            )
+            session = _session(str(self._source()), self._options())
             tokenizer = Tokenizer.from_file(str(self._tokenizer_path or _default_tokenizer_path()))
         except Exception as exc:  # boundary: onnxruntime and tokenizers raise untyped errors
             raise EmbeddingError(f"cannot load the local embedding model: {exc}") from exc
@@ -228,7 +232,7 @@ class LocalEmbedder:
         try:
             model = quantize.fast_model(self._source())
             options = self._options(threads)
-            return ort.InferenceSession(model, sess_options=options, providers=_PROVIDERS)
+            return _session(model, options)
         except Exception as exc:  # boundary: derivation, the cache file and onnxruntime
             logger.warning("the packaged embedding model is used throughout: %s", exc)
         return exact
@@ -402,6 +406,14 @@ class LocalEmbedder:
                 positions = tokens.kept(encoding.tokens)
                 self.token_states.put(text, tokens.packed(states, positions))
         return _pooled(hidden, mask)
+
+
+def _session(model: str | bytes, options: ort.SessionOptions) -> ort.InferenceSession:
+    """An onnxruntime session of ``model`` (a path or the model's bytes) on the CPU,
+    without ``DISABLED_FUSIONS``."""
+    return ort.InferenceSession(
+        model, sess_options=options, providers=_PROVIDERS, disabled_optimizers=DISABLED_FUSIONS
+    )
 
 
 def _inputs(encodings: Sequence[Encoding]) -> tuple[np.ndarray, np.ndarray]:
