@@ -7,10 +7,10 @@ decomposed scaled-dot-product attention (the mask built anew in every layer from
 which onnxruntime cannot fuse. The same weights in a BERT graph of fused nodes
 (``EmbedLayerNormalization``, one ``Attention`` a layer with the query, key and value
 projections in one matrix, ``BiasGelu``, and the residual adds before plain
-``LayerNormalization``) run in about 60 nodes, and their dynamic-int8 copy quantises each
-attention into one ``QAttention``. On a 2-core AMD EPYC with onnxruntime 1.32 a LoCoMo turn
-embedded in 2.5 ms against 2.8 ms for the quantised export (docs/benchmarks.md, "Layer norms
-unfused, and attention in one node").
+``LayerNormalization``) are 70 nodes, and their dynamic-int8 copy, with each attention one
+``QAttention``, runs 64 a call. On a 2-core AMD EPYC with onnxruntime 1.32 a LoCoMo turn
+embedded in 2.55 ms against 2.96 ms for the quantised export with the same layer norms
+(docs/benchmarks.md, "Layer norms unfused, and attention in one node").
 
 ``rebuilt`` reads the weights off the folded export (the int8 weights turned back into
 floats): each projection is the ``MatMul`` whose result the ``Add`` of a named bias takes
