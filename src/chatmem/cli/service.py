@@ -185,7 +185,7 @@ def warmup() -> None:
     if cached is None:
         out.print(
             f"warm in {took:.1f} s, but the fast query model could not be cached in "
-            f"{quantize.cache_dir()}: each start derives it again (about 3 s)"
+            f"{quantize.cache_dir()}: each start derives it again (about 3-4 s)"
         )
         return
     size = cached.stat().st_size / 2**20

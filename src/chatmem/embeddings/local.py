@@ -173,7 +173,7 @@ class LocalEmbedder:
 
     def fast_model_cache(self) -> Path | None:
         """Where the fast copy is cached; None when nothing uses it (both models
-        ``"exact"``) or it could not be cached (it is then derived at each start, about 3 s)."""
+        ``"exact"``) or it could not be cached (it is then derived at each start, about 3-4 s)."""
         if self._query_model == "exact" and self._document_model == "exact":
             return None
         cached = quantize.cached_path(self._source())

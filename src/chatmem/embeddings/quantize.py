@@ -7,7 +7,7 @@ for a short query on an AVX2 machine, and its vectors have cosine 0.994 on avera
 worst, over 300 LoCoMo questions) against the packaged model's. A query embedded with it is
 compared with memories embedded by the packaged model, so stored vectors never change.
 
-Deriving it takes about 3 s (fold the dequantisation into float weights, rebuild the
+Deriving it takes about 3-4 s (fold the dequantisation into float weights, rebuild the
 encoder of onnxruntime's fused nodes where the graph is the export ``fused`` knows and the
 rebuild gives the same states, then ``onnxruntime.quantization.quantize_dynamic``); the
 result is cached in ``cache_dir()`` under
