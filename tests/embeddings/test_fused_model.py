@@ -78,9 +78,21 @@ def test_a_graph_it_does_not_know_is_quantised_as_it_is(
         fused.rebuilt(model)
     onnx.save(model, str(tmp_path / "unknown.onnx"))
     with caplog.at_level(logging.INFO, logger="chatmem.embeddings"):
-        chosen = quantize._fused(tmp_path / "unknown.onnx", tmp_path / "fused.onnx")
-    assert chosen == (tmp_path / "unknown.onnx", ["MatMul"])
+        derived = onnx.load_from_string(quantize._derive(tmp_path / "unknown.onnx"))
+    assert [n.op_type for n in derived.graph.node] == ["Identity"]
     assert "quantised from the export as it is" in caplog.text
+
+
+def test_a_rebuild_whose_int8_copy_strays_is_not_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # No copy agrees with the export better than exactly: the check must refuse this one.
+    monkeypatch.setattr(quantize, "QUANTISED_AGREEMENT", 1.01)
+    with caplog.at_level(logging.INFO, logger="chatmem.embeddings"):
+        derived = onnx.load_from_string(quantize._derive(local._default_model_path()))
+    operators = {node.op_type for node in derived.graph.node}
+    assert "QAttention" not in operators and "MatMulInteger" in operators
+    assert "int8 copy's vectors agree with the export's by 0.99" in caplog.text
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["packaged", "fast"])
