@@ -5,6 +5,8 @@ general path, and its cache entries counted as ``caches.size_of`` counts them.""
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chatmem import LocalEmbedder
 from chatmem.caches import ENTRY_OVERHEAD, size_of
@@ -60,3 +62,14 @@ def test_cached_vectors_are_counted_as_size_of_counts_them(embedder: LocalEmbedd
         for key, vector in (((False, TEXTS[1]), memory), ((True, TEXTS[2]), query))
     )
     assert fresh._cache.bytes == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=1200))
+def test_one_text_encoded_alone_is_the_batchs_encoding(embedder: LocalEmbedder, text: str) -> None:
+    # A single text is encoded with ``encode`` (no thread pool); it must be what
+    # ``encode_batch`` gives, truncated alike, for any text.
+    tokenizer = embedder._model()[1]
+    alone, batched = tokenizer.encode(text), tokenizer.encode_batch([text])[0]
+    assert alone.ids == batched.ids and alone.tokens == batched.tokens
+    assert len(alone.ids) <= local.MAX_TOKENS

@@ -368,7 +368,12 @@ class LocalEmbedder:
         out = np.empty((len(texts), DIMENSION), dtype=np.float32)
         if not texts:
             return out
-        encodings = self._model()[1].encode_batch(list(texts))
+        tokenizer = self._model()[1]
+        # One text is encoded alone: ``encode_batch`` hands even one text to the tokenizer's
+        # thread pool, whose threads then compete with the model run on the other core.
+        encodings = (
+            [tokenizer.encode(texts[0])] if len(texts) == 1 else tokenizer.encode_batch(list(texts))
+        )
         # Batching by length keeps padding, and so wasted work, small.
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         for start in range(0, len(order), BATCH_SIZE):
