@@ -72,8 +72,9 @@ def serve(
 ) -> None:
     """Run the service: the chat proxy, the Responses API and the memory API, on the
     embedded default (SQLite, local embedder, offline extractor) unless configured. The
-    memory store is --store, else the config's memory.store, else $CHATMEM_STORE, else
-    chatmem.db in server.data_dir: the file the other commands use by default."""
+    memory store is chatmem's own --store (chatmem --store URI serve), else the config's
+    memory.store, else $CHATMEM_STORE, else chatmem.db in server.data_dir: the file the
+    other commands use by default."""
     from chatmem.server.config import ServerSection, load_config
     from chatmem.server.demo import scripted_model
     from chatmem.server.serving import serve as run
