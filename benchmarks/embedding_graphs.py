@@ -37,7 +37,7 @@ def _session(model: Path | bytes, fused_layer_norm: bool) -> ort.InferenceSessio
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    refused = [] if fused_layer_norm else local.DISABLED_FUSIONS
+    refused = [] if fused_layer_norm else quantize.DISABLED_FUSIONS
     source = model if isinstance(model, bytes) else str(model)
     return ort.InferenceSession(
         source, options, providers=["CPUExecutionProvider"], disabled_optimizers=refused

@@ -1,6 +1,6 @@
 """The fast model's encoder rebuilt of onnxruntime's fused nodes (``embeddings.fused``):
 the packaged model's states, from about a quarter as many nodes, and never the slow fused
-layer norm (``local.DISABLED_FUSIONS``)."""
+layer norm (``quantize.DISABLED_FUSIONS``)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def test_the_rebuilt_encoder_gives_the_exports_states(folded: Path, tmp_path: Pa
     rebuilt = fused.rebuilt(onnx.load(str(folded)))
     operators = {node.op_type for node in rebuilt.graph.node}
     assert {"Attention", "EmbedLayerNormalization", "BiasGelu"} <= operators
+    assert rebuilt.ir_version == onnx.load(str(folded)).ir_version
     assert "SkipLayerNormalization" not in operators
     assert len(rebuilt.graph.node) < len(onnx.load(str(folded)).graph.node) / 3
     onnx.save(rebuilt, str(tmp_path / "rebuilt.onnx"))
@@ -77,7 +78,7 @@ def test_a_graph_it_does_not_know_is_quantised_as_it_is(
     with pytest.raises(fused.FusionError, match="word_embeddings"):
         fused.rebuilt(model)
     onnx.save(model, str(tmp_path / "unknown.onnx"))
-    with caplog.at_level(logging.INFO, logger="chatmem.embeddings"):
+    with caplog.at_level(logging.WARNING, logger="chatmem.embeddings"):
         derived = onnx.load_from_string(quantize._derive(tmp_path / "unknown.onnx"))
     assert [n.op_type for n in derived.graph.node] == ["Identity"]
     assert "quantised from the export as it is" in caplog.text
@@ -88,11 +89,11 @@ def test_a_rebuild_whose_int8_copy_strays_is_not_used(
 ) -> None:
     # No copy agrees with the export better than exactly: the check must refuse this one.
     monkeypatch.setattr(quantize, "QUANTISED_AGREEMENT", 1.01)
-    with caplog.at_level(logging.INFO, logger="chatmem.embeddings"):
+    with caplog.at_level(logging.WARNING, logger="chatmem.embeddings"):
         derived = onnx.load_from_string(quantize._derive(local._default_model_path()))
     operators = {node.op_type for node in derived.graph.node}
     assert "QAttention" not in operators and "MatMulInteger" in operators
-    assert "int8 copy's vectors agree with the export's by 0.99" in caplog.text
+    assert "int8 copy's vectors agree with the export's by" in caplog.text
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["packaged", "fast"])

@@ -9,8 +9,9 @@ which onnxruntime cannot fuse. The same weights in a BERT graph of fused nodes
 projections in one matrix, ``BiasGelu``, and the residual adds before plain
 ``LayerNormalization``) are 70 nodes, and their dynamic-int8 copy, with each attention one
 ``QAttention``, runs 64 a call. On a 2-core AMD EPYC with onnxruntime 1.32 a LoCoMo turn
-embedded in 2.55 ms against 2.96 ms for the quantised export with the same layer norms
-(docs/benchmarks.md, "Layer norms unfused, and attention in one node").
+embedded in 3.25 ms against 3.93 ms for the quantised export with the same layer norms
+(``benchmarks/embedding_graphs.py``; docs/benchmarks.md, "Layer norms unfused, and
+attention in one node").
 
 ``rebuilt`` reads the weights off the folded export (the int8 weights turned back into
 floats): each projection is the ``MatMul`` whose result the ``Add`` of a named bias takes
@@ -49,7 +50,8 @@ def rebuilt(folded: onnx.ModelProto) -> onnx.ModelProto:
     hidden = builder.embeddings()
     for layer in range(LAYERS):
         hidden = builder.layer(layer, hidden, last=layer == LAYERS - 1)
-    return builder.model()
+    # The export's IR version, not the onnx package's newest: an older onnxruntime loads it.
+    return builder.model(folded.ir_version)
 
 
 def _initializers(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
@@ -172,7 +174,7 @@ class _Builder:
             "LayerNormalization", [summed, gamma, beta], output, axis=-1, epsilon=EPSILON
         )
 
-    def model(self) -> onnx.ModelProto:
+    def model(self, ir_version: int) -> onnx.ModelProto:
         inputs = [
             helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "sequence"])
             for name in ("input_ids", "attention_mask", "token_type_ids")
@@ -183,7 +185,7 @@ class _Builder:
         )
         graph = helper.make_graph(self._nodes, "minilm_fused", inputs, [output], self._initializers)
         opsets = [helper.make_opsetid("", 17), helper.make_opsetid(_MS, 1)]
-        return helper.make_model(graph, opset_imports=opsets)
+        return helper.make_model(graph, opset_imports=opsets, ir_version=ir_version)
 
 
 __all__ = ["FusionError", "rebuilt"]

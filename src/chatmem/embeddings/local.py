@@ -27,13 +27,11 @@ DIMENSION = 384
 #: Longer inputs are truncated: MiniLM was trained on 256 word pieces at most.
 MAX_TOKENS = 256
 BATCH_SIZE = 32
+#: The longest single text tokenized with ``encode``, which holds the interpreter lock while
+#: it runs (about 0.75 us a character: 0.4 ms at this length); longer ones go through
+#: ``encode_batch``, which lets other threads run.
+ENCODED_ALONE_CHARS = 500
 _PROVIDERS = ["CPUExecutionProvider"]
-#: onnxruntime's fusions left out of every session. Its CPU kernel of
-#: ``SkipLayerNormalization`` (the residual add and the layer norm in one node, fused at
-#: load) took 49 us for 25 x 384 values where the add and the plain ``LayerNormalization``
-#: take 11, on a 2-core AMD EPYC with onnxruntime 1.32: MiniLM has 12 of them, about 0.5 ms
-#: of a 3.5 ms memory embedding (docs/benchmarks.md, "Layer norms unfused").
-DISABLED_FUSIONS = ["SkipLayerNormFusion"]
 
 logger = logging.getLogger("chatmem.embeddings")
 
@@ -369,11 +367,11 @@ class LocalEmbedder:
         if not texts:
             return out
         tokenizer = self._model()[1]
-        # One text is encoded alone: ``encode_batch`` hands even one text to the tokenizer's
-        # thread pool, whose threads then compete with the model run on the other core.
-        encodings = (
-            [tokenizer.encode(texts[0])] if len(texts) == 1 else tokenizer.encode_batch(list(texts))
-        )
+        # One short text is encoded alone: ``encode_batch`` hands even one text to the
+        # tokenizer's thread pool, whose threads then compete with the model run on the other
+        # core. ``encode`` keeps the interpreter lock, so a long text still goes the batch's way.
+        alone = len(texts) == 1 and len(texts[0]) <= ENCODED_ALONE_CHARS
+        encodings = [tokenizer.encode(texts[0])] if alone else tokenizer.encode_batch(list(texts))
         # Batching by length keeps padding, and so wasted work, small.
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         for start in range(0, len(order), BATCH_SIZE):
@@ -415,9 +413,12 @@ class LocalEmbedder:
 
 def _session(model: str | bytes, options: ort.SessionOptions) -> ort.InferenceSession:
     """An onnxruntime session of ``model`` (a path or the model's bytes) on the CPU,
-    without ``DISABLED_FUSIONS``."""
+    without ``quantize.DISABLED_FUSIONS``."""
     return ort.InferenceSession(
-        model, sess_options=options, providers=_PROVIDERS, disabled_optimizers=DISABLED_FUSIONS
+        model,
+        sess_options=options,
+        providers=_PROVIDERS,
+        disabled_optimizers=quantize.DISABLED_FUSIONS,
     )
 
 

@@ -10,9 +10,8 @@ compared with memories embedded by the packaged model, so stored vectors never c
 Deriving it takes about 3-4 s (fold the dequantisation into float weights, rebuild the
 encoder of onnxruntime's fused nodes where the graph is the export ``fused`` knows and the
 rebuild gives the same states, then ``onnxruntime.quantization.quantize_dynamic``); the
-result is cached in ``cache_dir()`` under
-a name made of the source model's hash and the onnxruntime version, so a changed model or
-runtime derives a new one.
+result is cached in ``cache_dir()`` under a name made of the source model's hash, the
+recipe and the onnxruntime version, so a changed model, recipe or runtime derives a new one.
 """
 
 from __future__ import annotations
@@ -31,6 +30,13 @@ from chatmem.errors import EmbeddingError
 
 logger = logging.getLogger("chatmem.embeddings")
 
+#: onnxruntime's fusions left out of every session of the embedder, and of the checks here.
+#: Its CPU kernel of ``SkipLayerNormalization`` (the residual add and the layer norm in one
+#: node, fused at load) took 49 us for 25 x 384 values where the add and the plain
+#: ``LayerNormalization`` take 11, on a 2-core AMD EPYC with onnxruntime 1.32: MiniLM has 12
+#: of them, about 0.5 ms of a 3.5 ms memory embedding (docs/benchmarks.md, "Layer norms
+#: unfused, and attention in one node").
+DISABLED_FUSIONS = ["SkipLayerNormFusion"]
 #: Bumped when the derivation changes, so an old cached copy is not reused.
 RECIPE = "q8-fused-attention-v2"
 #: The largest difference in a word piece's state between the export and its fused rebuild
@@ -97,7 +103,8 @@ def _derive(source: Path) -> bytes:
         try:
             return _rebuilt_copy(folded, Path(folder))
         except Exception as exc:  # boundary: an unknown graph, or one onnx or onnxruntime refuses
-            logger.info("the fast model is quantised from the export as it is: %s", exc)
+            # Cached as it is under this recipe: a warning, so that the slower copy is seen.
+            logger.warning("the fast model is quantised from the export as it is: %s", exc)
         try:
             return _quantised(folded, Path(folder) / "q8.onnx", ["MatMul"])
         except Exception as exc:  # boundary: onnx and onnxruntime raise untyped errors
@@ -166,7 +173,10 @@ def _probe_states(model: str | bytes) -> tuple[np.ndarray, np.ndarray]:
     ids = np.array([_PROBE, [*_PROBE[:5], 102, 0, 0, 0, 0, 0]], dtype=np.int64)
     mask = (ids > 0).astype(np.int64)
     feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    # Built as the embedder builds its sessions: the graph checked is the graph served.
+    session = ort.InferenceSession(
+        model, providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_FUSIONS
+    )
     names = {i.name for i in session.get_inputs()}
     states: np.ndarray = session.run(None, {k: v for k, v in feeds.items() if k in names})[0]
     return states, mask
@@ -179,4 +189,4 @@ def _pooled(states: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return pooled
 
 
-__all__ = ["RECIPE", "cache_dir", "cached_path", "fast_model", "fold"]
+__all__ = ["DISABLED_FUSIONS", "RECIPE", "cache_dir", "cached_path", "fast_model", "fold"]
