@@ -44,20 +44,11 @@ def _session(model: Path | bytes, fused_layer_norm: bool) -> ort.InferenceSessio
     )
 
 
-def _export_quantised(folder: Path) -> Path:
+def _export_quantised(folder: Path) -> bytes:
     """The recipe before 2026-12-07: the folded export's MatMuls quantised as they are."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    folded, target = folder / "folded.onnx", folder / "export-q8.onnx"
+    folded = folder / "folded.onnx"
     quantize.fold(local._default_model_path(), folded)
-    quantize_dynamic(
-        folded,
-        target,
-        weight_type=QuantType.QInt8,
-        op_types_to_quantize=["MatMul"],
-        per_channel=True,
-    )
-    return target
+    return quantize._quantised(folded, folder / "export-q8.onnx", ["MatMul"])
 
 
 def _vector(session: ort.InferenceSession, tokenizer: Any, text: str) -> np.ndarray:

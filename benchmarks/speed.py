@@ -337,7 +337,7 @@ def mem0_worker(args: argparse.Namespace) -> int:
 
     mem0's faiss store writes its whole index and document store to disk after every
     insert, so a fill of 10,000 turns one ``add`` at a time grows with the square of the
-    count (killed after 20 minutes on 2026-12-07). The fill leaves those writes out and
+    count (stopped after 11.6 minutes on 2026-12-07). The fill leaves those writes out and
     saves once at its end; a search reads only what is in memory, so its times are mem0's."""
     sys.path.insert(0, str(HERE))
     import torch

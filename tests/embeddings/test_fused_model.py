@@ -105,7 +105,7 @@ def test_no_session_fuses_the_slow_layer_norm(
     model = quantize.fast_model(source) if fast else str(source)
     options = LocalEmbedder()._options()
     options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
-    local._session(model, options)
+    quantize.cpu_session(model, options)
     operators = {node.op_type for node in onnx.load(str(tmp_path / "optimised.onnx")).graph.node}
     assert "LayerNormalization" in operators
     assert "SkipLayerNormalization" not in operators

@@ -31,7 +31,6 @@ BATCH_SIZE = 32
 #: it runs (about 0.75 us a character: 0.4 ms at this length); longer ones go through
 #: ``encode_batch``, which lets other threads run.
 ENCODED_ALONE_CHARS = 500
-_PROVIDERS = ["CPUExecutionProvider"]
 
 logger = logging.getLogger("chatmem.embeddings")
 
@@ -198,7 +197,7 @@ class LocalEmbedder:
 
     def _load(self) -> tuple[ort.InferenceSession, Tokenizer, set[str]]:
         try:
-            session = _session(str(self._source()), self._options())
+            session = quantize.cpu_session(str(self._source()), self._options())
             tokenizer = Tokenizer.from_file(str(self._tokenizer_path or _default_tokenizer_path()))
         except Exception as exc:  # boundary: onnxruntime and tokenizers raise untyped errors
             raise EmbeddingError(f"cannot load the local embedding model: {exc}") from exc
@@ -230,7 +229,7 @@ class LocalEmbedder:
         try:
             model = quantize.fast_model(self._source())
             options = self._options(threads)
-            return _session(model, options)
+            return quantize.cpu_session(model, options)
         except Exception as exc:  # boundary: derivation, the cache file and onnxruntime
             logger.warning("the packaged embedding model is used throughout: %s", exc)
         return exact
@@ -409,17 +408,6 @@ class LocalEmbedder:
                 positions = tokens.kept(encoding.tokens)
                 self.token_states.put(text, tokens.packed(states, positions))
         return _pooled(hidden, mask)
-
-
-def _session(model: str | bytes, options: ort.SessionOptions) -> ort.InferenceSession:
-    """An onnxruntime session of ``model`` (a path or the model's bytes) on the CPU,
-    without ``quantize.DISABLED_FUSIONS``."""
-    return ort.InferenceSession(
-        model,
-        sess_options=options,
-        providers=_PROVIDERS,
-        disabled_optimizers=quantize.DISABLED_FUSIONS,
-    )
 
 
 def _inputs(encodings: Sequence[Encoding]) -> tuple[np.ndarray, np.ndarray]:

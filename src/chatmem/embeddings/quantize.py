@@ -111,6 +111,17 @@ def _derive(source: Path) -> bytes:
             raise EmbeddingError(f"cannot derive the fast query model: {exc}") from exc
 
 
+def cpu_session(model: str | bytes, options: ort.SessionOptions) -> ort.InferenceSession:
+    """An onnxruntime session of ``model`` (a path or the model's bytes) on the CPU,
+    without ``DISABLED_FUSIONS``: every session of the embedder and of the checks here."""
+    return ort.InferenceSession(
+        model,
+        sess_options=options,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=DISABLED_FUSIONS,
+    )
+
+
 def fold(source: Path, target: Path) -> None:
     """Write to ``target`` the model at ``source`` with its int8 weights turned back into
     floats (onnxruntime's basic optimisations: constants folded)."""
@@ -174,19 +185,26 @@ def _probe_states(model: str | bytes) -> tuple[np.ndarray, np.ndarray]:
     mask = (ids > 0).astype(np.int64)
     feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
     # Built as the embedder builds its sessions: the graph checked is the graph served.
-    session = ort.InferenceSession(
-        model, providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_FUSIONS
-    )
+    session = cpu_session(model, ort.SessionOptions())
     names = {i.name for i in session.get_inputs()}
     states: np.ndarray = session.run(None, {k: v for k, v in feeds.items() if k in names})[0]
     return states, mask
 
 
 def _pooled(states: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Each row's mean over its real word pieces, at unit length."""
+    """Each row's mean over its real word pieces, at unit length (``local._pooled``'s
+    masked mean; ``local`` imports this module, so it cannot be imported here)."""
     summed = (states * mask[:, :, None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
     pooled: np.ndarray = summed / np.linalg.norm(summed, axis=1, keepdims=True)
     return pooled
 
 
-__all__ = ["DISABLED_FUSIONS", "RECIPE", "cache_dir", "cached_path", "fast_model", "fold"]
+__all__ = [
+    "DISABLED_FUSIONS",
+    "RECIPE",
+    "cache_dir",
+    "cached_path",
+    "cpu_session",
+    "fast_model",
+    "fold",
+]
