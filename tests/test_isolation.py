@@ -34,7 +34,11 @@ def isolation_machine(open_store: Any, embedder: LocalEmbedder) -> type[RuleBase
         def __init__(self) -> None:
             super().__init__()
             self.directory = tempfile.TemporaryDirectory()
-            self.memory = LongTermMemory(open_store(Path(self.directory.name)), embedder)
+            try:
+                self.memory = LongTermMemory(open_store(Path(self.directory.name)), embedder)
+            except BaseException:  # hypothesis calls no teardown for a machine never made
+                self.directory.cleanup()
+                raise
             self.owner: dict[str, tuple[str, str, str]] = {}
 
         @rule(target=memories, who=owners, text=texts, session=sessions)
@@ -94,8 +98,10 @@ def isolation_machine(open_store: Any, embedder: LocalEmbedder) -> type[RuleBase
                     assert {r.id for r in self.memory.list(scope, limit=500).records} == mine
 
         def teardown(self) -> None:
-            self.memory.close()
-            self.directory.cleanup()
+            try:
+                self.memory.close()
+            finally:
+                self.directory.cleanup()
 
     return Isolation
 

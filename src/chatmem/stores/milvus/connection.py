@@ -6,6 +6,14 @@ a data directory that only one process may open at a time; ``http(s)://host:1953
 running in the process until exit: the last store of this process to close a directory stops
 its server, so another process can open it. pymilvus and grpc are imported when a store
 opens, so chatmem imports without them.
+
+A Lite server listens on a free port of 127.0.0.1, and a port is no identity: once the server
+stops, the OS may hand the port to another directory's server. pymilvus shares connections
+through a process-wide registry keyed by address and reconnects a failed call to the same
+address, so a store that outlived its server could read and write another database. A Lite
+store therefore opens a connection of its own (closed with the store, never left in the
+registry), turns pymilvus' reconnection off, and checks before each call that its server is
+still the one it connected to.
 """
 
 from __future__ import annotations
@@ -83,8 +91,24 @@ class _LiteServers:
             return
         manager.server_manager_instance.release_server(str(path))
 
+    @staticmethod
+    def running(path: Path) -> object | None:
+        """The Lite server this process runs for ``path`` now, if any (an opaque token: the
+        same object for as long as that server lives)."""
+        try:
+            manager = importlib.import_module("milvus_lite.server_manager")
+        except ImportError:  # pragma: no cover - the server could not have started either
+            return None
+        entry = manager.server_manager_instance._servers.get(str(path))
+        return None if entry is None else entry[0]
+
 
 LITE_SERVERS = _LiteServers()
+
+
+def _no_reconnection(error: BaseException) -> bool:
+    """pymilvus' hook for a failed call, on a Lite connection: never reconnect."""
+    return False
 
 
 class MilvusConnection:
@@ -99,17 +123,24 @@ class MilvusConnection:
         self.timeout = timeout
         self.closed = False
         self.client = self._connect(token, db_name)
+        #: The Lite server this connection talks to (None for a server uri).
+        self._lite_server = None if self.lite_path is None else LITE_SERVERS.running(self.lite_path)
         #: The version a server reports ("" for Milvus Lite, which is not asked).
         self.version = ""
         self._unflushed: dict[str, int] = {}
         self._flush_lock = threading.Lock()
 
     def _connect(self, token: str | None, db_name: str | None) -> Any:
+        lite = self.lite_path is not None
         if self.lite_path is not None:
             LITE_SERVERS.acquire(self.lite_path)
         try:
-            return self.pm.MilvusClient(
-                uri=self.uri, token=token or "", db_name=db_name or "", timeout=self.timeout
+            client = self.pm.MilvusClient(
+                uri=self.uri,
+                token=token or "",
+                db_name=db_name or "",
+                timeout=self.timeout,
+                dedicated=lite,
             )
         except BaseException as exc:  # boundary: release the path; re-raised or translated
             if self.lite_path is not None:
@@ -120,6 +151,10 @@ class MilvusConnection:
             raise StoreUnavailableError(
                 f"cannot open Milvus at {self.uri!r}{hint}: {exc.message}"
             ) from exc
+        handler = getattr(client, "_handler", None)
+        if lite and hasattr(handler, "_on_rpc_error"):
+            handler._on_rpc_error = _no_reconnection
+        return client
 
     def features(self) -> ServerFeatures:
         """What the Milvus at the other end offers: everything on Lite, by version on a
@@ -133,6 +168,13 @@ class MilvusConnection:
         """Call pymilvus, translating its errors into chatmem's."""
         if self.closed:
             raise StoreError("store is closed")
+        if (
+            self.lite_path is not None
+            and LITE_SERVERS.running(self.lite_path) is not self._lite_server
+        ):
+            raise StoreUnavailableError(
+                f"the Milvus Lite server for {str(self.lite_path)!r} has stopped"
+            )
         with self.translating():
             return method(*args, timeout=self.timeout, **kwargs)
 
