@@ -151,7 +151,7 @@ class MilvusConnection:
             raise StoreUnavailableError(
                 f"cannot open Milvus at {self.uri!r}{hint}: {exc.message}"
             ) from exc
-        handler = getattr(client, "_handler", None)
+        handler: Any = getattr(client, "_handler", None)
         if lite and hasattr(handler, "_on_rpc_error"):
             handler._on_rpc_error = _no_reconnection
         return client
