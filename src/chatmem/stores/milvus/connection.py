@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -99,7 +100,7 @@ class _LiteServers:
             manager = importlib.import_module("milvus_lite.server_manager")
         except ImportError:  # pragma: no cover - the server could not have started either
             return None
-        entry = manager.server_manager_instance._servers.get(str(path))
+        entry = manager.server_manager_instance._servers.get(os.path.abspath(path))
         return None if entry is None else entry[0]
 
 
