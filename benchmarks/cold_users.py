@@ -70,6 +70,10 @@ def prepare(path: Path) -> dict[str, Any]:
             " + coalesce(length(coarse), 0))"
             " FROM user_vector_snapshots"
         ).fetchone()
+        (parts,) = conn.execute(
+            "SELECT coalesce(sum(length(bytes)), 0) FROM user_vector_snapshot_parts"
+        ).fetchone()
+        size = (size or 0) + parts
     store.close()
     return {"prepare_s": round(took, 2), "copies": copies, "copy_bytes": size}
 
@@ -81,7 +85,12 @@ def one(path: Path, mode: str) -> dict[str, Any]:
     embedder = LocalEmbedder().warm()
     store = _store(path, mode)
     if mode == "build":
-        store._file.write(lambda conn: conn.execute("DELETE FROM user_vector_snapshots"))
+
+        def delete_copies(conn: Any) -> None:
+            for table in ("user_vector_snapshots", "user_vector_snapshot_parts"):
+                conn.execute(f"DELETE FROM {table}")
+
+        store._file.write(delete_copies)
     memory = LongTermMemory(store, embedder)
     heaviest = store.heaviest(HEAVY)
     users = [user for _, user, _ in heaviest]

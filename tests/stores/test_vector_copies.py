@@ -18,6 +18,7 @@ from chatmem.records import EmbeddingInfo, Entry, Filter, MemoryRecord
 from chatmem.stores import SQLiteStore, coarse
 from chatmem.stores.base import Change, SearchQuery
 from chatmem.stores.sqlite import search as halves
+from chatmem.stores.sqlite import vector_snapshots as snapshots
 from chatmem.stores.sqlite.file import sqlite3
 from chatmem.stores.vector_cache import UserVectors
 from tests.stores.helpers import forget, rewrite
@@ -220,14 +221,64 @@ def test_a_copy_is_never_written_over_a_removal_made_since_it_was_read(tmp_path:
     store.close()
 
 
-def test_a_copy_that_does_not_decode_is_read_past(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "breaking",
+    [
+        "UPDATE user_vector_snapshot_parts SET bytes = substr(bytes, 1, 100)",
+        "DELETE FROM user_vector_snapshot_parts WHERE part = 1",
+        "INSERT INTO user_vector_snapshot_parts"
+        " SELECT tenant_id, user_id, field, part + 100, bytes FROM user_vector_snapshot_parts",
+        "DELETE FROM user_vector_snapshot_parts WHERE field = 'vectors'",
+    ],
+    ids=["cut", "a part missing", "parts over", "no vectors"],
+)
+def test_a_copy_that_does_not_decode_is_read_past(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, breaking: str
+) -> None:
+    monkeypatch.setattr(snapshots, "PART_BYTES", 256)
     path = tmp_path / "broken.db"
     query, expected = _written(path, 9, 50)
     with closing(sqlite3.connect(path)) as conn, conn:
-        conn.execute("UPDATE user_vector_snapshots SET vectors = substr(vectors, 1, 100)")
+        conn.execute(breaking)
+    reads = _WholeReads(monkeypatch)
     fresh = _store(path)
     assert _found(fresh, query) == expected
+    assert reads.count == 1  # read from the rows, past the broken copy
     fresh.close()
+
+
+def test_a_copy_read_back_from_many_parts_is_the_matrix_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshots, "PART_BYTES", 100)  # not a whole number of vectors
+    path = tmp_path / "parts.db"
+    store, _, _ = _filled(path, 13, 60)
+    held = _held(store)
+    store.wait_for_vector_copies()
+    with store._file.read() as conn:
+        (parts,) = conn.execute(
+            "SELECT count(*) FROM user_vector_snapshot_parts WHERE field = 'vectors'"
+        ).fetchone()
+        kept = snapshots.read(conn, "default", "u", DIMENSION)
+    assert parts == -(-60 * DIMENSION * 4 // 100)
+    assert kept is not None
+    assert np.array_equal(kept.matrix, held.matrix)
+    assert np.array_equal(kept.rowids, held.rowids) and kept.ids == held.ids
+    store.close()
+
+
+def test_a_removal_deletes_the_copys_parts_too(tmp_path: Path) -> None:
+    path = tmp_path / "gone.db"
+    store, _, entries = _filled(path, 14, 50)
+    _held(store)
+    store.wait_for_vector_copies()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT count(*) FROM user_vector_snapshot_parts").fetchone()[0] > 0
+    store.delete(Filter(user_id="u", ids=(entries[0].record.id,)))
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT count(*) FROM user_vector_snapshot_parts").fetchone() == (0,)
+    assert _copies(path) == []
+    store.close()
 
 
 def test_a_copy_keeps_a_big_users_projection_so_a_new_process_fits_none(

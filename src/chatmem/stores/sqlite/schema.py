@@ -15,7 +15,9 @@ its keyword shard.
   (``put_word_states``); deleted with their memory, and replaced when its vector is.
 - ``user_vector_snapshots``: a big user's vectors whole, at the versions they were exact
   for (``vector_snapshots``); deleted when a row of the user is removed, its vector changes,
-  or a turn moves to another session or changes its text.
+  or a turn moves to another session or changes its text. Its vectors and projection lie
+  in ``user_vector_snapshot_parts``, in parts of ``vector_snapshots.PART_BYTES``, deleted
+  with it.
 """
 
 from __future__ import annotations
@@ -180,6 +182,21 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX memories_by_session ON memories (tenant_id, user_id, session_id, created_at, rowid)
         WHERE session_id IS NOT NULL;
+    """,
+    # A big user's copy read in parts (``vector_snapshots.PART_BYTES``) rather than as one
+    # value of tens of MB, which SQLite and then Python each allocate whole and fault in page
+    # by page. The copies already kept are of the former layout and are dropped: caches,
+    # written again at the user's next search.
+    """
+    CREATE TABLE user_vector_snapshot_parts (
+        tenant_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        field TEXT NOT NULL,
+        part INTEGER NOT NULL,
+        bytes BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, user_id, field, part)
+    );
+    DELETE FROM user_vector_snapshots;
     """,
 )
 #: user_metadata keys with an index (migration 3); a filter on one of them is written with
