@@ -36,7 +36,7 @@ def isolation_machine(open_store: Any, embedder: LocalEmbedder) -> type[RuleBase
             self.directory = tempfile.TemporaryDirectory()
             try:
                 self.memory = LongTermMemory(open_store(Path(self.directory.name)), embedder)
-            except BaseException:  # hypothesis calls no teardown for a machine never made
+            except BaseException:  # boundary: hypothesis calls no teardown for a machine never made
                 self.directory.cleanup()
                 raise
             self.owner: dict[str, tuple[str, str, str]] = {}

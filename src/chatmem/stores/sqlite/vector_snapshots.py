@@ -21,7 +21,7 @@ match the store's dimension is ignored, and the user is read from its rows as be
 
 The copy's two big arrays, its vectors and its projection, lie in ``PART_BYTES`` parts in
 ``user_vector_snapshot_parts``, copied one by one into one array. Read as one value, a copy
-of 57 MB took 80-130 ms from the page cache: SQLite allocates the whole value, Python
+of 57 MB took 96-143 ms from the page cache: SQLite allocates the whole value, Python
 copies it into a bytes object of its own, and both fault their fresh memory in 4 KiB page
 by page; the parts reuse one small buffer, and the array they fill gets huge pages.
 """
