@@ -53,8 +53,6 @@ STALE_SHARE = 0.25
 FORMAT = 2
 #: The size of one part of a copy's vectors or projection (module doc).
 PART_BYTES = 1 << 20
-#: The copy's fields kept in parts.
-_SPLIT = ("vectors", "coarse")
 
 _COLUMNS = ("appended", "changed", "edited", "header", "rowids", "vectors", "sessions", "asks")
 _REPLACED = ", ".join(f"{name} = excluded.{name}" for name in (*_COLUMNS, "coarse"))
@@ -66,8 +64,17 @@ _READ = (
 
 def drop(conn: sqlite3.Connection, tenant: str, user: str) -> None:
     """Delete the user's copy (in the transaction that removes a row or changes a vector)."""
-    for table in ("user_vector_snapshots", "user_vector_snapshot_parts"):
-        conn.execute(f"DELETE FROM {table} WHERE tenant_id = ? AND user_id = ?", (tenant, user))
+    conn.execute(
+        "DELETE FROM user_vector_snapshots WHERE tenant_id = ? AND user_id = ?", (tenant, user)
+    )
+    _drop_parts(conn, tenant, user)
+
+
+def _drop_parts(conn: sqlite3.Connection, tenant: str, user: str) -> None:
+    conn.execute(
+        "DELETE FROM user_vector_snapshot_parts WHERE tenant_id = ? AND user_id = ?",
+        (tenant, user),
+    )
 
 
 def _joined(conn: sqlite3.Connection, tenant: str, user: str, field: str, size: int) -> memoryview:
@@ -189,7 +196,7 @@ def _encoded(vectors: UserVectors) -> tuple[tuple[str, bytes, bytes, bytes], dic
         "vectors": np.ascontiguousarray(vectors.matrix, np.float32).tobytes(),
         "coarse": projected,
     }
-    meta["bytes"] = {field: len(split[field]) for field in _SPLIT}
+    meta["bytes"] = {field: len(data) for field, data in split.items()}
     row = (
         json.dumps(meta),
         np.ascontiguousarray(vectors.rowids, np.int64).tobytes(),
@@ -275,10 +282,7 @@ class VectorSnapshots:
             (replaced,) = conn.execute("SELECT changes()").fetchone()
             if not replaced:  # the newer copy stays, and its parts with it
                 return
-            conn.execute(
-                "DELETE FROM user_vector_snapshot_parts WHERE tenant_id = ? AND user_id = ?",
-                (tenant, user),
-            )
+            _drop_parts(conn, tenant, user)
             conn.executemany(
                 "INSERT INTO user_vector_snapshot_parts VALUES (?, ?, ?, ?, ?)",
                 _parts(tenant, user, split),
