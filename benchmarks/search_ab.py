@@ -5,7 +5,9 @@ the next, more than many changes gain. So this runs the two versions one after t
 ``--rounds`` times, each in a fresh process on the same store (built once by
 ``search_split.py --dir``), and reports every run: the change is kept only when each
 "after" beats each "before". Each run times ``--queries`` fresh questions, the query
-embedding alone and the whole search of each, interleaved.
+embedding alone and the whole search of each, interleaved. ``--present`` asks each question
+about the present ("... now?"), the searches that ``ranking.asks_now`` gives their own steps
+(``latest_first``, ``long_term.latest``).
 
     git archive <rev> src | tar -x -C /tmp/before
     OPENBLAS_NUM_THREADS=1 python benchmarks/search_ab.py --data "$LOCOMO" \\
@@ -28,7 +30,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def run_once(data: Path, folder: Path, queries: int, tag: str) -> dict[str, float]:
+def run_once(
+    data: Path, folder: Path, queries: int, tag: str, present: bool = False
+) -> dict[str, float]:
     """One run in this process: p50 and p95 of the search and of the embedding alone."""
     sys.path.insert(0, str(HERE))
     import locomo_retrieval as lr
@@ -41,6 +45,8 @@ def run_once(data: Path, folder: Path, queries: int, tag: str) -> dict[str, floa
         store.preload(Filter(user_id="scale-user"))
     embedder = system._mem.embedder
     questions = lr.scale_queries(load_locomo(data), queries)
+    if present:
+        questions = [f"{q.rstrip('?')} now?" for q in questions]
     for question in questions[:10]:
         system.search("scale-user", f"{question} warm", 10)
     searches: list[float] = []
@@ -70,10 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--queries", type=int, default=300)
     p.add_argument("--json", type=Path)
+    p.add_argument("--present", action="store_true", help='every question asked "... now?"')
     p.add_argument("--one", metavar="TAG", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one:
-        print(json.dumps(run_once(args.data, args.dir, args.queries, args.one)))
+        print(json.dumps(run_once(args.data, args.dir, args.queries, args.one, args.present)))
         return 0
     if args.before is None:
         p.error("--before is required")
@@ -86,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             env = {**os.environ, "PYTHONPATH": src}
             command = [sys.executable, __file__, "--data", str(args.data), "--dir", str(args.dir)]
             command += ["--queries", str(args.queries), "--one", f"{n}{name}"]
+            command += ["--present"] if args.present else []
             out = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
             result = {"round": n + 1, "version": name, **json.loads(out.stdout.splitlines()[-1])}
             print(json.dumps(result), flush=True)

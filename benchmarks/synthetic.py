@@ -10,7 +10,8 @@ favourite food). Questions, worded by templates with the seeded RNG (paraphrases
 
 - single-fact: a fact stated once; gold is its turn;
 - updated-fact: the current value; gold is the latest turn only, the older value's turn is
-  ``stale`` and never gold ("stale first" reports how often a stale turn ranks above it);
+  ``stale`` and never gold ("stale first" reports how often a stale turn ranks above it;
+  "stale alone", the part of those with no gold turn in the top 10 at all);
 - multi-hop: two turns from different sessions (the move and the new job "here"; the new
   partner and, later, what that partner does; the sibling and, later, where the sibling went);
 - temporal: the city before the move, when the move happened, the job before it, and what
@@ -468,16 +469,20 @@ class Scored:
     all_found: bool
     stale_first: bool | None  # a stale turn ranked above every gold turn (updated-fact)
     within: _injection.Scores | None = None  # recall within the injection's token budget
+    #: Of ``stale_first``: no gold turn in the top K at all (the old value alone), against
+    #: a gold turn found below the old value's.
+    stale_alone: bool | None = None
 
 
 def score(question: Question, got: Sequence[str], user: str = "") -> Scored:
     """recall@K and all@K of one answer list, and whether a stale turn came first."""
     top = list(got[:K])
     found = question.evidence.intersection(top)
-    stale_first = None
+    stale_first = stale_alone = None
     if question.stale:
         first_gold = min((top.index(t) for t in found), default=K)
         stale_first = any(top.index(t) < first_gold for t in question.stale.intersection(top))
+        stale_alone = stale_first and not found
     return Scored(
         user,
         question.kind,
@@ -485,6 +490,7 @@ def score(question: Question, got: Sequence[str], user: str = "") -> Scored:
         len(found) / len(question.evidence),
         found == question.evidence,
         stale_first,
+        stale_alone=stale_alone,
     )
 
 
@@ -552,6 +558,11 @@ def summary(run: Run) -> dict[str, Any]:
             [s.within for s in run.scored], {c: [s.within for s in of(c)] for c in CATEGORIES}
         ),
         "stale_first_updated": mean(float(v) for v in stale),
+        # Of those: the old value's turn with no gold turn in the top K (a reorder of the
+        # top K cannot mend these), as a share of all updated-fact questions.
+        "stale_alone_updated": mean(
+            float(bool(s.stale_alone)) for s in run.scored if s.stale_first is not None
+        ),
         "add_per_s": round(run.turns / run.add_s, 1) if run.add_s else None,
         "search_p50_ms": percentile_ms(run.search_s, 50),
         "questions": [[s.user, s.kind, round(s.recall, 3)] for s in run.scored],
@@ -594,12 +605,12 @@ def run_all(
 def tables(results: dict[str, dict[str, Any]]) -> list[lr.TableSpec]:
     cols = ["system", f"R@{K}", f"all@{K}"]
     cols += [f"R@{K} {c}" for c in CATEGORIES] + [f"all@{K} {c}" for c in CATEGORIES]
-    cols += ["stale first"]
+    cols += ["stale first", "stale alone"]
     rows = [
         [name, r[f"recall@{K}"], r[f"all@{K}"]]
         + [r[f"recall@{K}_by_category"][c] for c in CATEGORIES]
         + [r[f"all@{K}_by_category"][c] for c in CATEGORIES]
-        + [r["stale_first_updated"]]
+        + [r["stale_first_updated"], r.get("stale_alone_updated")]
         for name, r in results.items()
     ]
     found = [("Synthetic multi-session check", cols, rows)]

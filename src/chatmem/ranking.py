@@ -108,6 +108,11 @@ class RankingConfig:
     #: 0: off. Chosen, not tuned: LoCoMo asks of the present 16 times in 1,535
     #: questions, and its answers are not the latest said.
     present_bonus: float = 0.1
+    #: For a query about the present, the latest word on the memory found first goes above
+    #: it: what its speaker said later about the same thing (``long_term.latest``); the
+    #: old home above the move is what a search finds by the words of "where does she
+    #: live now?". False: off.
+    latest_word: bool = True
 
     def __post_init__(self) -> None:
         for name in _FRACTIONS:
@@ -124,6 +129,7 @@ class RankingConfig:
         )
         object.__setattr__(self, "keyword_floor_hits", hits)
         checks.flag(self.repeats_last, "ranking.repeats_last")
+        checks.flag(self.latest_word, "ranking.latest_word")
         checks.number(
             self.keyword_floor,
             "ranking.keyword_floor",

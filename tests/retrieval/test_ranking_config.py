@@ -56,6 +56,8 @@ def test_every_number_from_0_to_1_is_taken(name: str, value: float) -> None:
         ({"keyword_floor": -1e-3}, "ranking.keyword_floor"),
         ({"repeats_last": "no"}, "ranking.repeats_last"),
         ({"repeats_last": 1}, "ranking.repeats_last"),
+        ({"latest_word": "yes"}, "ranking.latest_word"),
+        ({"latest_word": 0}, "ranking.latest_word"),
     ],
 )
 def test_the_other_settings_are_refused_naming_them(settings: dict[str, Any], field: str) -> None:

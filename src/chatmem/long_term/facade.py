@@ -24,6 +24,7 @@ from chatmem.long_term.choosing import Reader, Shortlisted, chosen, read_times, 
 from chatmem.long_term.inputs import MessageLike, heard_messages, message_items
 from chatmem.long_term.jsonl import OnConflict
 from chatmem.long_term.late import KeepsStates, LateRerank
+from chatmem.long_term.latest import latest_word
 from chatmem.long_term.message_records import AddOptions, call_records, expiring
 from chatmem.long_term.session_tails import SessionTails, not_told, turn_spoken
 from chatmem.long_term.speakers import Speakers, favoured, name_free_vector
@@ -277,7 +278,8 @@ class LongTermMemory:
         names of the speakers it names (``name_free_share``, ``chatmem.long_term.speakers``).
         A question about time favours what says when (``time_bonus``); for any other
         query, what ends by asking a question comes after what tells (``question_penalty``);
-        one about the present ("now") orders the k found latest first (``present_bonus``).
+        one about the present ("now") orders the k found latest first (``present_bonus``)
+        and puts the latest word on the first above it (``latest_word``, unless ``light``).
         Among the first 50, what matches the query's word pieces one by one better than the
         others gains (``late_weight``, ``chatmem.long_term.late``), unless ``late`` is false.
         ``light`` is a search under load (the retriever's, while others wait for a search
@@ -430,6 +432,8 @@ class LongTermMemory:
         ranked = ranking.select(ranked, len(ranked), threshold)
         if self.ranking.present_bonus > 0 and ranking.asks_now(query):
             ranked = ranking.latest_first(ranked, k, self.ranking.present_bonus, read_times(read))
+            if self.ranking.latest_word and not light:
+                ranked = latest_word(self.store, ranked, scope, k, read, embedding)
         return ranked, current_only
 
     def _chosen(
