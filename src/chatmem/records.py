@@ -10,7 +10,7 @@ import re
 import uuid
 from collections.abc import Collection
 from collections.abc import Set as AbstractSet
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, NamedTuple, Self
 
@@ -128,6 +128,21 @@ def utc_ms(value: datetime) -> datetime:
     except OverflowError:
         raise ValueError("is out of range once converted to UTC") from None
     return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+#: The first and the last moments a time can hold, to the millisecond.
+EARLIEST = datetime.min.replace(tzinfo=UTC)
+LATEST = utc_ms(datetime.max.replace(tzinfo=UTC))
+
+
+def shifted(moment: datetime, by: timedelta) -> datetime:
+    """``moment`` moved by ``by``, held at ``EARLIEST`` or ``LATEST`` where it would leave
+    the calendar: a time a user gave (9999-12-31T23:59:59.999Z) is a bound like any other,
+    and a millisecond or a week from it must not raise ``OverflowError``."""
+    try:
+        return moment + by
+    except OverflowError:
+        return LATEST if by > timedelta(0) else EARLIEST
 
 
 #: The validation context of a record a store reads back (``MemoryRecord.stored``): it was

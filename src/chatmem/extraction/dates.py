@@ -89,7 +89,8 @@ def find_date(text: str, anchor: date, *, future: bool = False) -> ResolvedDate 
     """The first date expression in ``text`` resolved against ``anchor`` (the message's day).
 
     ``future`` says which way a bare weekday or month points: a plan ("on Friday") looks
-    ahead, an event looks back.
+    ahead, an event looks back. An expression whose day the calendar cannot hold ("tomorrow"
+    said on 9999-12-31) resolves to nothing.
     """
     lowered = text.lower()
     if len(lowered) == len(text):
@@ -97,7 +98,10 @@ def find_date(text: str, anchor: date, *, future: bool = False) -> ResolvedDate 
     else:
         matches = _EXPRESSION_ANY_CASE.finditer(text)
     for match in matches:
-        resolved = _resolve(match, anchor, future)
+        try:
+            resolved = _resolve(match, anchor, future)
+        except (OverflowError, ValueError):  # a day before 1 AD or after 9999: none at all
+            continue
         if resolved is not None:
             start, granularity, phrase = resolved
             return ResolvedDate(start, granularity, phrase, match.span())

@@ -26,7 +26,7 @@ import numpy as np
 
 from chatmem import ranking
 from chatmem.long_term.choosing import Reader
-from chatmem.records import Filter, Vector
+from chatmem.records import Filter, Vector, shifted
 from chatmem.stores.base import MemoryStore, SearchQuery
 
 #: How many of the memories said after the first are looked at, nearest first.
@@ -100,7 +100,7 @@ def _nearest_said_by(
 
 def _said_after(scope: Filter, moment: datetime) -> Filter:
     """``scope`` narrowed to what was said after ``moment``, within any bound it holds."""
-    after = moment + timedelta(milliseconds=1)
+    after = shifted(moment, timedelta(milliseconds=1))
     return scope.model_copy(update={"created_after": max(after, scope.created_after or after)})
 
 

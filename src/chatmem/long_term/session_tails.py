@@ -14,7 +14,7 @@ from typing import Any
 from chatmem.caches import LRUCache, MiB
 from chatmem.long_term.inputs import InputMessage, context_text
 from chatmem.long_term.message_records import PART_KEY, PART_OF_KEY
-from chatmem.records import Context, Filter, MemoryRecord, utcnow
+from chatmem.records import Context, Filter, MemoryRecord, shifted, utcnow
 from chatmem.stores import MemoryStore
 from chatmem.stores.base import Change
 
@@ -26,6 +26,7 @@ log = logging.getLogger("chatmem.long_term")
 #: previous turn gets no context from it. Each step is one read of the session's memories
 #: in that span (SQLite: by the session index, ``memories_by_session``); one read of a single
 #: memory of the widest span first tells a session that has none (a new one) at once.
+_MS = timedelta(milliseconds=1)
 SESSION_LOOKBACK = (
     timedelta(0),
     timedelta(minutes=1),
@@ -78,14 +79,14 @@ class SessionTails:
         )
         moment = Filter(created_before=heard[0].timestamp or utcnow()).created_before
         assert moment is not None
-        until = moment + timedelta(milliseconds=1)  # turns of the very same moment count
+        until = shifted(moment, _MS)  # turns of the very same moment count
         remembered = self._remembered(_tail_key(owner, access), scope, until, roles)
         if remembered is not None:
             return remembered
 
         def back(span: timedelta) -> Filter:
             return scope.model_copy(
-                update={"created_after": moment - span, "created_before": until}
+                update={"created_after": shifted(moment, -span), "created_before": until}
             )
 
         # A session's first message (the first add of every new session) finds nothing in
@@ -142,7 +143,7 @@ class SessionTails:
         ):
             return None
         said = turns[-1][0].time.created_at
-        too_old = said < until - timedelta(milliseconds=1) - SESSION_LOOKBACK[-1]
+        too_old = said < shifted(until, -_MS - SESSION_LOOKBACK[-1])
         if too_old or said >= until or not _turn_order(turns[-1])[1]:
             return None
         return turns

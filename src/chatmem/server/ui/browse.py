@@ -26,6 +26,7 @@ from chatmem.records import (
     MemoryType,
     RelationType,
     Scope,
+    shifted,
     utcnow,
 )
 from chatmem.server.auth import Reader
@@ -205,7 +206,7 @@ def _day(text: str, *, end: bool = False) -> datetime | None:
     if not text:
         return None
     day = datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=UTC)
-    return day + timedelta(days=1) if end else day
+    return shifted(day, timedelta(days=1)) if end else day
 
 
 def list_query(params: Mapping[str, str]) -> ListQuery:
