@@ -6,15 +6,20 @@ turn is often the more relevant one: it names what the question names. Two steps
 later word first, and both run only for a query that ``ranking.asks_now``:
 
 1. ``ranking.latest_first``: the k found are reordered by how late each was said.
-2. ``latest_word``: the memory found first is looked up again, this time among what was
-   said after it. Its nearest later memory, when that is nearer to it than anything else
-   the search found, is what was said later about the same thing (the move after the old
-   home, "I've gone off Thai food" after "I could eat Thai every day"), and it goes right
-   above it. Nothing said later that is as near, nothing moves: a question about the
-   present whose answer never changed keeps its order.
+2. ``latest_word``: the memory found first is looked up again, this time among what its
+   speaker said after it. A later memory that is nearer to it than anything else the search
+   found, and whose own nearest memory of that speaker (whenever said) is the first, is
+   what was said later about the same thing: the move after the old home, "I've gone off
+   Moroccan food" after "I could eat Moroccan food every day". It goes right above the
+   first, at the first's score. Where nothing passes, nothing moves: a question about the
+   present whose answer never changed keeps its order, and a line that only shares the
+   first's words ("Zara from book club swears Indian food is the best") is nearer to its
+   own kind than to it.
 
-What it costs: for such a query, one read of the found memories' vectors and one vector-only
-search among a user's later memories, which the store serves from the same vector copy.
+What it costs, for such a query only: a read of the found memories' vectors, one
+vector-only search among the memories said after the first, and one more for each
+candidate that passes the first checks (1.1 searches a query at 10,000 memories;
+docs/benchmarks.md, "The latest word on what was found first").
 """
 
 from __future__ import annotations
@@ -42,8 +47,9 @@ def latest_word(
     query_vector: Callable[[], Vector],
 ) -> list[ranking.Scored]:
     """``ranked`` with the latest word on its first memory put right above it, at the
-    first's score: of the ``LATER`` memories nearest the first among those its speaker said
-    after it, the nearest whose own nearest earlier memory is the first (see the module).
+    first's score: of the ``LATER`` memories nearest the first among those said after it,
+    the nearest that its speaker said, that is nearer to it than the rest of the first
+    ``k``, and whose own nearest memory of that speaker is the first (see the module).
     ``scope`` (the search's filter) holds for every memory read; ``query_vector`` gives the
     query's vector, against which a memory from outside ``ranked`` is scored."""
     if not ranked or k < 2:
