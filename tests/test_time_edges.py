@@ -21,7 +21,11 @@ from chatmem.extraction.dates import find_date
 from chatmem.messages import Message
 from chatmem.records import EARLIEST, LATEST, Filter, shifted, to_ms
 from chatmem.stores import MemoryStore
-from tests.stores.conftest import BACKENDS, redis_url  # noqa: F401 (the cached store's fixture)
+from tests.stores.conftest import (  # noqa: F401 (redis_url: the cached store's fixture)
+    EVERY_BACKEND,
+    opened_store,
+    redis_url,
+)
 
 EDGES = [pytest.param(EARLIEST, id="first"), pytest.param(LATEST, id="last")]
 
@@ -35,19 +39,9 @@ def test_a_shift_past_the_calendar_holds_at_its_edge() -> None:
     assert shifted(moment, timedelta(weeks=1)) == datetime(2024, 5, 8, tzinfo=UTC)
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("milvus", marks=pytest.mark.milvus),
-        pytest.param("qdrant", marks=pytest.mark.qdrant),
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("cached-sqlite", marks=pytest.mark.redis),
-    ]
-)
+@pytest.fixture(params=EVERY_BACKEND)
 def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
-    opened = BACKENDS[str(request.param)](request)(tmp_path)
-    yield opened
-    opened.close()  # closed by its memory already: a second close is harmless
+    yield from opened_store(request, tmp_path)
 
 
 @pytest.mark.parametrize("said", EDGES)

@@ -21,7 +21,11 @@ from chatmem.embeddings import LocalEmbedder
 from chatmem.records import Filter
 from chatmem.stores import MemoryStore
 from chatmem.stores.sqlite import SQLiteStore
-from tests.stores.conftest import BACKENDS, redis_url  # noqa: F401 (the cached store's fixture)
+from tests.stores.conftest import (  # noqa: F401 (redis_url: the cached store's fixture)
+    EVERY_BACKEND,
+    opened_store,
+    redis_url,
+)
 
 START = datetime(2024, 1, 5, 18, tzinfo=UTC)
 #: (day, speaker, text). Hana's taste changes on day 20; Ben's on day 9.
@@ -143,26 +147,17 @@ def test_a_reader_never_gets_a_latest_word_it_may_not_read(
     assert hr[:2] == [NEW, OLD]
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("milvus", marks=pytest.mark.milvus),
-        pytest.param("qdrant", marks=pytest.mark.qdrant),
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("cached-sqlite", marks=pytest.mark.redis),
-    ]
-)
-def other_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
-    opened = BACKENDS[str(request.param)](request)(tmp_path)
-    yield opened
-    opened.close()  # closed by its memory already: a second close is harmless
+@pytest.fixture(params=EVERY_BACKEND)
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
+    yield from opened_store(request, tmp_path)
 
 
 def test_every_backend_finds_the_latest_word(
-    other_store: MemoryStore, embedder: LocalEmbedder
+    any_store: MemoryStore, embedder: LocalEmbedder
 ) -> None:
     """The same two store reads (a vector search among what was said after, one among what
     was said before) on each store: the order SQLite gives."""
-    with LongTermMemory(other_store, embedder) as memory:
+    with LongTermMemory(any_store, embedder) as memory:
         _store(memory, CHAT, {})
         hits = memory.search(ASKED, user_id="u", k=3, threshold=0.0)
     assert [h.record.text for h in hits][:2] == [NEW, OLD]

@@ -190,6 +190,25 @@ BACKENDS: dict[str, Backend] = {
 }
 
 
+#: Every backend, each with its mark: the parameters of a fixture outside tests/stores
+#: that opens one store a test (``opened_store``).
+EVERY_BACKEND = [
+    "sqlite",
+    pytest.param("milvus", marks=pytest.mark.milvus),
+    pytest.param("qdrant", marks=pytest.mark.qdrant),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("cached-sqlite", marks=pytest.mark.redis),
+]
+
+
+def opened_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
+    """A fixture's body: the store of ``request.param`` in ``tmp_path``, closed after the
+    test (a second close, after its memory closed it, is harmless)."""
+    opened = BACKENDS[str(request.param)](request)(tmp_path)
+    yield opened
+    opened.close()
+
+
 @pytest.fixture(
     scope="module",
     params=[
