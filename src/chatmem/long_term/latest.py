@@ -55,11 +55,12 @@ def latest_word(
     if not ranked or k < 2:
         return ranked
     first = ranked[0]
+    found = [s.id for s in ranked[1:k]]
     head = read([first.id]).get(first.id)
-    stored = store.vectors([first.id], scope).get(first.id)
-    if head is None or stored is None:
+    vectors = {i: _unit(v) for i, v in store.vectors([first.id, *found], scope).items()}
+    if head is None or first.id not in vectors:
         return ranked
-    anchor = _unit(stored)
+    anchor = vectors[first.id]
     after = _said_after(scope, head.created_at)
     near = [
         c
@@ -69,8 +70,8 @@ def latest_word(
     near.sort(key=lambda c: -(c.vector_score or 0.0))
     heads = read([c.id for c in near])
     said = [c.id for c in near if c.id in heads and heads[c.id].speaker == head.speaker]
-    found = [s.id for s in ranked[1:k]]
-    vectors = {i: _unit(v) for i, v in store.vectors([*said, *found], scope).items()}
+    if unread := [i for i in said if i not in vectors]:
+        vectors.update((i, _unit(v)) for i, v in store.vectors(unread, scope).items())
     for memory_id in said:
         if memory_id not in vectors:
             continue
