@@ -19,7 +19,7 @@ from chatmem.embeddings import LocalEmbedder
 from chatmem.extraction import OfflineExtractor
 from chatmem.extraction.dates import find_date
 from chatmem.messages import Message
-from chatmem.records import EARLIEST, LATEST, Filter, shifted, to_ms
+from chatmem.records import EARLIEST, LATEST, Filter, from_ms, shifted, to_ms
 from chatmem.stores import MemoryStore
 from tests.stores.conftest import (  # noqa: F401 (redis_url: the cached store's fixture)
     EVERY_BACKEND,
@@ -28,6 +28,12 @@ from tests.stores.conftest import (  # noqa: F401 (redis_url: the cached store's
 )
 
 EDGES = [pytest.param(EARLIEST, id="first"), pytest.param(LATEST, id="last")]
+
+
+@pytest.mark.parametrize("ms", [0, 1_700_000_000_123, 253_402_300_799_999, -62_135_596_800_000])
+def test_milliseconds_since_the_epoch_convert_exactly_at_every_date(ms: int) -> None:
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    assert from_ms(ms) == moment and to_ms(moment) == ms
 
 
 def test_a_shift_past_the_calendar_holds_at_its_edge() -> None:
@@ -53,10 +59,13 @@ def test_a_chat_said_at_an_edge_is_stored_and_found(
         for text in turns:  # a turn an add, as a live agent adds them: the second reads the first
             message = {"role": "user", "name": "Ana", "content": text, "timestamp": said}
             memory.add([message], user_id="u", session_id="s")
-        stored = memory.list(Filter(user_id="u")).records
-        assert sorted(r.text for r in stored) == sorted(turns)
-        assert {r.time.created_at for r in stored} == {said}
-        assert all(r.context is not None for r in stored)
+        stored = {r.text: r for r in memory.list(Filter(user_id="u")).records}
+        assert sorted(stored) == sorted(turns)
+        assert {r.time.created_at for r in stored.values()} == {said}
+        # Said at the same moment, the second turn has the first as its context, as on any
+        # other day (at the last moment too, where no time is past the bound).
+        second = stored[turns[1]].context
+        assert second is not None and turns[0] in (second.before or "")
         hits = memory.search("Where does Ana live now?", user_id="u", k=2, threshold=0.0)
         assert {h.record.text for h in hits} == set(turns)
 

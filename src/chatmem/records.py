@@ -103,14 +103,21 @@ def check_count(value: int, field: str) -> int:
     )
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
+
+
 def to_ms(moment: datetime) -> int:
+    """Milliseconds since the epoch (a naive time is UTC), counted in whole numbers: a
+    float's ``timestamp() * 1000`` is a millisecond off for some times near the year 9999."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+    return (moment - _EPOCH) // _ONE_MS
 
 
 def from_ms(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    """The UTC time ``ms`` milliseconds after the epoch, exactly (see ``to_ms``)."""
+    return _EPOCH + timedelta(milliseconds=ms)
 
 
 def _to_utc_ms(value: datetime | None) -> datetime | None:

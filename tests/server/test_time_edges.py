@@ -16,7 +16,7 @@ def test_the_service_takes_a_chat_said_at_each_edge_and_the_inspector_its_last_d
 ) -> None:
     client = make_service()
     for when in ("9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00Z"):
-        for text in ("See you tomorrow!", "I moved to Porto last week."):
+        for text in ("See you tomorrow!", f"I moved to Porto last week ({when[:4]})."):
             said = client.post(
                 "/v1/memory",
                 json={
@@ -30,7 +30,11 @@ def test_the_service_takes_a_chat_said_at_each_edge_and_the_inspector_its_last_d
     assert found.status_code == 200 and len(found.json()["results"]) == 4
     page = _inspector(client, "/ui/users/u/memories?since=0001-01-01&until=9999-12-31")
     assert page.status_code == 200, page.text
-    assert "I moved to Porto last week." in page.text
+    # The last day's list holds what was said at its last millisecond.
+    assert "I moved to Porto last week (9999)." in page.text
+    assert "I moved to Porto last week (0001)." in page.text
+    last = _inspector(client, "/ui/users/u/memories?since=9999-12-31&until=9999-12-31")
+    assert last.status_code == 200 and "(9999)" in last.text and "(0001)" not in last.text
 
 
 def _inspector(client: TestClient, path: str) -> httpx.Response:

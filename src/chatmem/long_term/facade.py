@@ -279,11 +279,11 @@ class LongTermMemory:
         A question about time favours what says when (``time_bonus``); for any other
         query, what ends by asking a question comes after what tells (``question_penalty``);
         one about the present ("now") orders the k found latest first (``present_bonus``)
-        and puts the latest word on the first above it (``latest_word``, unless ``light``).
+        and puts the latest word on the first above it, at its score (``latest_word``).
         Among the first 50, what matches the query's word pieces one by one better than the
         others gains (``late_weight``, ``chatmem.long_term.late``), unless ``late`` is false.
         ``light`` is a search under load (the retriever's, while others wait for a search
-        thread): no late rerank, and one model run for the query, the query without the
+        thread): no late rerank or latest word, and one model run for the query, without the
         speakers it names (``name_free_share`` as 1) where the full search embeds it twice.
 
         Facts that were superseded (``valid_to`` in the past) are left out unless

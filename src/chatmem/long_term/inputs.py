@@ -20,7 +20,7 @@ from typing import Any
 from chatmem import checks
 from chatmem import text as textlib
 from chatmem.errors import ValidationError
-from chatmem.records import Source, check_count, utc_ms
+from chatmem.records import Source, check_count, from_ms, utc_ms
 
 #: Message roles accepted by ``add``.
 ROLES = frozenset({"user", "assistant", "system", "tool"})
@@ -198,6 +198,8 @@ def _timestamp(value: Any, field: str) -> datetime | None:
             raise ValidationError(str(exc), field=field) from None
     if isinstance(value, int | float) and not isinstance(value, bool):
         try:
+            if isinstance(value, int):
+                return utc_ms(from_ms(value))  # exact: a float is a millisecond off near 9999
             return datetime.fromtimestamp(value / 1000, tz=UTC)
         except (OverflowError, OSError, ValueError):  # past the years datetime holds
             raise ValidationError("is out of range for a time", field=field) from None

@@ -7,8 +7,8 @@ later word first, and both run only for a query that ``ranking.asks_now``:
 
 1. ``ranking.latest_first``: the k found are reordered by how late each was said.
 2. ``latest_word``: the memory found first is looked up again, this time among what its
-   speaker said after it. A later memory that is nearer to it than anything else the search
-   found, and whose own nearest memory of that speaker (whenever said) is the first, is
+   speaker said after it. A later memory that is nearer to it than the rest of the k found
+   are, and whose own nearest memory of that speaker (whenever said) is the first, is
    what was said later about the same thing: the move after the old home, "I've gone off
    Moroccan food" after "I could eat Moroccan food every day". It goes right above the
    first, at the first's score. Where nothing passes, nothing moves: a question about the
@@ -31,7 +31,7 @@ import numpy as np
 
 from chatmem import ranking
 from chatmem.long_term.choosing import Reader
-from chatmem.records import Filter, Vector, shifted
+from chatmem.records import LATEST, Filter, Vector, shifted
 from chatmem.stores.base import MemoryStore, SearchQuery
 
 #: How many of the memories said after the first are looked at, nearest first.
@@ -47,19 +47,21 @@ def latest_word(
     query_vector: Callable[[], Vector],
 ) -> list[ranking.Scored]:
     """``ranked`` with the latest word on its first memory put right above it, at the
-    first's score: of the ``LATER`` memories nearest the first among those said after it,
-    the nearest that its speaker said, that is nearer to it than the rest of the first
-    ``k``, and whose own nearest memory of that speaker is the first (see the module).
-    ``scope`` (the search's filter) holds for every memory read; ``query_vector`` gives the
-    query's vector, against which a memory from outside ``ranked`` is scored."""
+    first's score, past any threshold the others met: of the ``LATER`` memories nearest
+    the first among those said after it, taken nearest first, the first one that its
+    speaker said (two memories of no speaker count as one speaker's: a user's own notes),
+    that is nearer to it than the rest of ``ranked``'s first ``k`` are, and whose own
+    nearest memory of that speaker is the first (see the module). ``scope`` (the search's
+    filter) holds for every memory read; ``query_vector`` gives the query's vector,
+    against which a memory from outside ``ranked`` is scored."""
     if not ranked or k < 2:
         return ranked
     first = ranked[0]
     found = [s.id for s in ranked[1:k]]
     head = read([first.id]).get(first.id)
     vectors = {i: _unit(v) for i, v in store.vectors([first.id, *found], scope).items()}
-    if head is None or first.id not in vectors:
-        return ranked
+    if head is None or head.created_at >= LATEST or first.id not in vectors:
+        return ranked  # (nothing is said after the calendar's last moment)
     anchor = vectors[first.id]
     after = _said_after(scope, head.created_at)
     near = [
@@ -119,14 +121,15 @@ def _moved(
     query_vector: Callable[[], Vector],
 ) -> ranking.Scored:
     """The memory moved to the top, at ``score``: its own scores where the search found it,
-    else its cosine with the query (it matched no keyword the search counted)."""
+    else its cosine with the query, within [0, 1] as ``ranking.fuse`` reports it (it
+    matched no keyword the search counted)."""
     found = next((s for s in ranked if s.id == memory_id), None)
     if found is not None:
         return ranking.Scored(
             memory_id, max(score, found.score), found.vector_score, found.keyword_score
         )
     cosine = float(_unit(query_vector()) @ vector)
-    return ranking.Scored(memory_id, score, cosine, None)
+    return ranking.Scored(memory_id, score, min(max(cosine, 0.0), 1.0), None)  # as ``fuse``
 
 
 def _unit(vector: Vector) -> Vector:

@@ -14,11 +14,13 @@ from typing import Any
 from chatmem.caches import LRUCache, MiB
 from chatmem.long_term.inputs import InputMessage, context_text
 from chatmem.long_term.message_records import PART_KEY, PART_OF_KEY
-from chatmem.records import Context, Filter, MemoryRecord, shifted, utcnow
+from chatmem.records import LATEST, Context, Filter, MemoryRecord, shifted, utcnow
 from chatmem.stores import MemoryStore
 from chatmem.stores.base import Change
 
 log = logging.getLogger("chatmem.long_term")
+
+_MS = timedelta(milliseconds=1)
 
 #: How far back from a session's new message ``add`` looks for the session's earlier turns,
 #: widening in these steps until it finds one: the same moment (a whole session sent with
@@ -26,7 +28,6 @@ log = logging.getLogger("chatmem.long_term")
 #: previous turn gets no context from it. Each step is one read of the session's memories
 #: in that span (SQLite: by the session index, ``memories_by_session``); one read of a single
 #: memory of the widest span first tells a session that has none (a new one) at once.
-_MS = timedelta(milliseconds=1)
 SESSION_LOOKBACK = (
     timedelta(0),
     timedelta(minutes=1),
@@ -79,8 +80,10 @@ class SessionTails:
         )
         moment = Filter(created_before=heard[0].timestamp or utcnow()).created_before
         assert moment is not None
-        until = shifted(moment, _MS)  # turns of the very same moment count
-        remembered = self._remembered(_tail_key(owner, access), scope, until, roles)
+        # Turns of the very same moment count; at the calendar's last moment nothing is
+        # later, so no bound is that bound.
+        until = None if moment >= LATEST else moment + _MS
+        remembered = self._remembered(_tail_key(owner, access), scope, moment, roles)
         if remembered is not None:
             return remembered
 
@@ -122,11 +125,11 @@ class SessionTails:
         return [sorted(turn, key=_part_number) for turn in ordered[-window:]]
 
     def _remembered(
-        self, key: _TailKey, scope: Filter, until: datetime, roles: Sequence[str]
+        self, key: _TailKey, scope: Filter, moment: datetime, roles: Sequence[str]
     ) -> list[Turn] | None:
         """The session's latest turns as this object last stored them, read by id; None when
         they are unknown or may no longer be the latest (one is gone, the last was said
-        after ``until``, or it has an ``after`` context: another writer added a turn), when
+        after ``moment``, or it has an ``after`` context: another writer added a turn), when
         one no longer has the call's ``roles`` (its readers changed since), or the last is
         further back than ``SESSION_LOOKBACK`` reaches."""
         tail = self._tails.get(key)
@@ -143,8 +146,8 @@ class SessionTails:
         ):
             return None
         said = turns[-1][0].time.created_at
-        too_old = said < shifted(until, -_MS - SESSION_LOOKBACK[-1])
-        if too_old or said >= until or not _turn_order(turns[-1])[1]:
+        too_old = said < shifted(moment, -SESSION_LOOKBACK[-1])
+        if too_old or said > moment or not _turn_order(turns[-1])[1]:
             return None
         return turns
 

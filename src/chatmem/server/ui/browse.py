@@ -20,6 +20,7 @@ from chatmem.errors import NotFoundError, ValidationError
 from chatmem.long_term import LongTermMemory
 from chatmem.messages import SessionKey, now_ms
 from chatmem.records import (
+    LATEST,
     Filter,
     HistoryEntry,
     MemoryRecord,
@@ -202,11 +203,15 @@ class ListQuery:
 
 
 def _day(text: str, *, end: bool = False) -> datetime | None:
-    """A form's day as the UTC midnight it starts (``end``: the next one)."""
+    """A form's day as the UTC midnight it starts (``end``: the next one, and None after
+    9999-12-31, whose end no time is past)."""
     if not text:
         return None
     day = datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=UTC)
-    return shifted(day, timedelta(days=1)) if end else day
+    if not end:
+        return day
+    following = shifted(day, timedelta(days=1))
+    return None if following == LATEST else following
 
 
 def list_query(params: Mapping[str, str]) -> ListQuery:
