@@ -13,18 +13,18 @@ its text says milliseconds); chatmem keeps milliseconds.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 from chatmem.errors import ValidationError
 from chatmem.messages import Message, Role
+from chatmem.records import from_ms, to_ms
 
 Format = Literal["openai", "vercel", "rich"]
 Mode = Literal["standard", "custom"]
 Interrupted = Literal["said", "original"]
 
 _SECONDS_LIMIT = 10**11
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parse_message(data: Any, format: Format = "openai", field: str = "message") -> Message:
@@ -170,10 +170,7 @@ def _vercel_time(data: Mapping[str, Any], metadata: dict[str, Any], field: str) 
         moment = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
     except ValueError:
         raise ValidationError(f"not an ISO date: {raw!r}", field=f"{field}.createdAt") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    # Integer arithmetic: ``timestamp() * 1000`` can lose a millisecond to float rounding.
-    return (moment - _EPOCH) // timedelta(milliseconds=1)
+    return to_ms(moment)  # a naive time is UTC
 
 
 def _to_vercel(message: Message, interrupted: Interrupted) -> dict[str, Any]:
@@ -202,7 +199,7 @@ def _to_vercel(message: Message, interrupted: Interrupted) -> dict[str, Any]:
 
 
 def _iso(ms: int) -> str:
-    return (_EPOCH + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds")
+    return from_ms(ms).isoformat(timespec="milliseconds")
 
 
 def _is_text(part: Any) -> bool:

@@ -12,7 +12,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import NamedTuple
 
 import numpy as np
@@ -20,6 +20,8 @@ import numpy as np
 from chatmem import checks
 from chatmem.errors import ConflictError, DimensionError, NotFoundError, StoreError, ValidationError
 from chatmem.records import (
+    EARLIEST,
+    LATEST,
     Candidate,
     EmbeddingInfo,
     Entry,
@@ -30,6 +32,7 @@ from chatmem.records import (
     TimeInfo,
     Vector,
     check_count,
+    to_ms,
 )
 from chatmem.strict_json import INT64_MAX, INT64_MIN
 
@@ -157,15 +160,10 @@ class Usage:
 #: words come in (docs/benchmarks.md, "A vector find's keyword score past the keyword
 #: half's cut").
 COMPLETED_SHARE = 0.5
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: A list cursor's creation time must be a moment every backend's time type holds (the
-#: years 1 to 9999, in whole milliseconds since the epoch, counted exactly: ``to_ms`` goes
-#: through a float, which rounds datetime.max up into the year 10000); its sequence a signed
-#: 64-bit integer.
-CURSOR_MS_RANGE = (
-    (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1),
-    (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(milliseconds=1),
-)
+#: years 1 to 9999, in whole milliseconds since the epoch); its sequence a signed 64-bit
+#: integer.
+CURSOR_MS_RANGE = (to_ms(EARLIEST), to_ms(LATEST))
 _CURSOR = re.compile(r"(-?[0-9]{1,19}):(-?[0-9]{1,19})", re.ASCII)
 _NOT_A_CURSOR = "is not a cursor this store issued"
 

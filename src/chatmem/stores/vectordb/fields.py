@@ -16,7 +16,7 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from chatmem.records import HistoryEvent, MemoryRecord
+from chatmem.records import HistoryEvent, MemoryRecord, to_ms
 
 SEPARATOR = "\x1f"
 #: Sentinels for the open ends of a validity interval, in milliseconds.
@@ -36,9 +36,8 @@ def user_key(tenant_id: str, user_id: str) -> str:
     return f"{tenant_id}{SEPARATOR}{user_id}"
 
 
-def ms_floor(moment: datetime) -> int:
-    """Milliseconds since the epoch, rounded down, computed exactly (no float)."""
-    return (moment - _EPOCH) // _MS
+#: Milliseconds since the epoch, rounded down, computed exactly (no float).
+ms_floor = to_ms
 
 
 def ms_ceil(moment: datetime) -> int:
